@@ -1,0 +1,145 @@
+/* k3 kernel library: the public C API, loaded by src/kernels.ts through bun:ffi.
+ *
+ * Mechanism only: arithmetic, aligned memory, reads, thread pools. No policy, no getenv, no
+ * printing, no exit(). Every buffer is owned by the caller; no kernel allocates (except the
+ * k3_mem_* and pool/io init calls, whose whole job is allocation).
+ *
+ * Conventions
+ *  - Activations are f32. Weights are as stored: bf16 (uint16_t, upper half of an f32),
+ *    f32, or MXFP4 (packed E2M1 nibbles + E8M0 scales, see MODEL.md §3).
+ *  - W is [rows][cols] row-major; y = W·x. A batch of T token vectors is X[T][cols] → Y[T][rows].
+ *  - Sizes are int32 (every dimension of K3 fits), element counts that may exceed 2^31 are int64.
+ *  - FP contract (docs/NUMERICS.md): -ffp-contract=off, no fast-math, one fixed reduction order
+ *    per kernel. The matmuls have scalar, AVX2 and AVX-512 paths that perform exactly the same
+ *    operations in the same order; every other kernel has one implementation. Threads split
+ *    output rows (or heads); each output element is summed by one thread, so results are
+ *    bit-identical at any thread count and any T (a row of a T-token batch equals the same
+ *    row computed alone).
+ */
+#ifndef K3_H
+#define K3_H
+#include <stdint.h>
+#include <stddef.h>
+
+#define K3_API __attribute__((visibility("default")))
+
+/* ---- status codes (returned as int32; 0 = ok) ---- */
+enum {
+  K3_OK = 0,
+  K3_ERR_ARG = -1,      /* bad argument (size, alignment, unsupported ISA) */
+  K3_ERR_NOMEM = -2,
+  K3_ERR_IO = -3,       /* read failed; errno-derived detail via k3_io_* results */
+  K3_ERR_SHORT = -4,    /* short read (file shorter than expected) */
+};
+
+/* ---- library ---- */
+K3_API int32_t k3_version(void);                 /* bumps when the ABI changes */
+
+/* ---- ISA dispatch (process-wide) ----
+ * isa: -1 auto (best supported), 0 scalar, 1 AVX2, 2 AVX-512 (F+BW).
+ * k3_isa_set returns the ISA now in effect, or K3_ERR_ARG if the forced one is unsupported. */
+enum { K3_ISA_AUTO = -1, K3_ISA_SCALAR = 0, K3_ISA_AVX2 = 1, K3_ISA_AVX512 = 2 };
+K3_API int32_t k3_isa_set(int32_t isa);
+K3_API int32_t k3_isa_get(void);
+K3_API int32_t k3_isa_supported(int32_t isa);    /* 1 / 0 */
+
+/* ---- compute thread pool (process-wide: one pool per process, shared by all models) ----
+ * Persistent worker threads; the calling thread takes part (so n = 1 means no workers).
+ * Matmuls split output rows into n contiguous chunks; KDA/MLA split heads. */
+K3_API int32_t k3_pool_init(int32_t nthreads);   /* (re)size; returns threads in effect */
+K3_API int32_t k3_pool_size(void);
+K3_API void    k3_pool_free(void);
+
+/* ---- memory ---- */
+K3_API void*   k3_mem_alloc(int64_t bytes, int64_t align);   /* zeroed; NULL on failure */
+K3_API void    k3_mem_free(void* p);
+K3_API void    k3_mem_copy(void* dst, const void* src, int64_t bytes);
+
+/* ---- matrix products: Y[t][r] = Σ_c W[r][c] · X[t][c] ----
+ * Reduction order (all paths): 16 lane accumulators, lane j sums the products of columns
+ * c ≡ j (mod 16) for c < cols16 = cols − cols % 16, in increasing c; lanes are combined by the
+ * halving tree v[j] += v[j+8] (j<8), v[j] += v[j+4] (j<4), v[j] += v[j+2], v[0] += v[1];
+ * then the tail columns cols16..cols−1 are added one by one in increasing c.
+ * Each product is w·x rounded to f32, then added (no FMA). */
+K3_API void k3_matmul_bf16(const uint16_t* W, const float* X, float* Y,
+                           int32_t rows, int32_t cols, int32_t T);
+K3_API void k3_matmul_f32(const float* W, const float* X, float* Y,
+                          int32_t rows, int32_t cols, int32_t T);
+/* MXFP4: packed [rows][cols/2] (element 2j = low nibble of byte j), scales [rows][cols/32] E8M0.
+ * cols must be a multiple of 32. Order: for each group g of 32 columns (increasing g):
+ * p[j] = e2m1(c0+j)·x(c0+j) + e2m1(c0+16+j)·x(c0+16+j) for lanes j = 0..15, then
+ * acc[j] += p[j] · 2^(s_g − 127); a group with s_g = 255 (NaN) is skipped (contributes 0).
+ * Lanes are combined by the halving tree above. Never expands weights in memory. */
+K3_API void k3_matmul_mxfp4(const uint8_t* packed, const uint8_t* scales, const float* X,
+                            float* Y, int32_t rows, int32_t cols, int32_t T);
+
+/* ---- elementwise and vector ops (single implementation, sequential order) ---- */
+K3_API void    k3_bf16_to_f32(const uint16_t* src, float* dst, int64_t n);
+K3_API void    k3_add(float* y, const float* x, int64_t n);                  /* y += x */
+K3_API void    k3_axpy(float* y, float a, const float* x, int64_t n);       /* y += a·x (a·x rounded, then added) */
+K3_API void    k3_sigmoid(float* x, int64_t n);                              /* in place */
+K3_API void    k3_mul_sigmoid(float* x, const float* gate, int64_t n);      /* x *= sigmoid(gate) */
+/* SiTU-GLU: out = b1·tanh(g/b1)·sigmoid(g) · b2·tanh(u/b2). out may alias g or u. */
+K3_API void    k3_situ_glu(const float* g, const float* u, float* out, int64_t n, float b1, float b2);
+/* argmax over n floats; ties → lowest index. */
+K3_API int32_t k3_argmax(const float* x, int32_t n);
+
+/* RMSNorm over n elements, T rows: y = w · x / sqrt(mean(x²) + eps). Statistic accumulated in
+ * double, sequentially; y[i] = (float)(w[i] · (x[i] · r)) with r = 1/sqrt(mean + eps) in double.
+ * Row t of x starts at x + t·ldx, of y at y + t·ldy. y may alias x. */
+K3_API void k3_rmsnorm_bf16w(const float* x, int32_t ldx, const uint16_t* w, float* y,
+                             int32_t ldy, int32_t n, int32_t T, float eps);
+K3_API void k3_rmsnorm_f32w(const float* x, int32_t ldx, const float* w, float* y,
+                            int32_t ldy, int32_t n, int32_t T, float eps);
+
+/* ---- KDA ---- */
+/* Depthwise causal short conv (width 4, no bias) + SiLU, in place on X[T][C].
+ * w is [C][4] (the checkpoint's [C,1,4] F32); hist is [3][C]: hist[0] = x_{t−3}, hist[2] = x_{t−1}
+ * (zeros at sequence start), updated to the last three inputs on return.
+ * y_t[c] = Σ_{j=0..3} w[c][j] · x_{t−3+j}[c] (j increasing, f32), then y·sigmoid(y). */
+K3_API void k3_kda_conv_silu(float* X, const float* w, float* hist, int32_t C, int32_t T);
+/* Per head of D: x ← x / sqrt(Σ x² + eps) · scale (Σ in double). X is [T][H][D], in place. */
+K3_API void k3_l2norm_heads(float* X, int32_t H, int32_t D, int32_t T, float eps, float scale);
+/* Decay gate: g[t][h][d] = lower · sigmoid(exp(A_log[h]) · (f[t][h][d] + dt_bias[h·D+d])).
+ * A_log is read PER HEAD (entries H.. are padding, MODEL.md §7.1). g may alias f. */
+K3_API void k3_kda_gate(const float* f, const float* dt_bias, const float* A_log, float* g,
+                        int32_t H, int32_t D, int32_t T, float lower);
+/* Delta-rule recurrence. q, k (already L2-normed, q scaled), v, g: [T][H][D]; beta: [T][H];
+ * S: [H][D][D] (S[h][i][j], i = key dim, j = value dim), updated in place; o: [T][H][D].
+ * Per token t, per head, in this order (MODEL.md §4 KDA step 6):
+ *   S[i][:] *= exp(g[i]);  u[j] = Σ_i S[i][j]·k[i];  S[i][j] += k[i]·(beta·(v[j] − u[j]));
+ *   o[j] = Σ_i S[i][j]·q[i]   (sums over i in increasing order, f32).
+ * Heads are split across the pool. */
+K3_API void k3_kda_recurrent(const float* q, const float* k, const float* v, const float* g,
+                             const float* beta, float* S, float* o, int32_t H, int32_t D, int32_t T);
+
+/* ---- MLA (absorbed form; cache rows hold [normed c_kv (R) | k_rope (dr)]) ----
+ * q: [T][Hm][dn+dr]; kv_b: bf16 [Hm·(dn+dv)][R] (per head: dn rows of k_nope, then dv rows of v);
+ * cache: [npos][R+dr], rows 0..pos0+T−1 valid (the T new tokens already written);
+ * out: [T][Hm][dv]. Token t sits at position pos0+t and attends to positions 0..pos0+t.
+ *   q_lat[j] = Σ_d kv_b[h(dn+dv)+d][j]·q_nope[d]         (d increasing)
+ *   s_p = scale · (Σ_j q_lat[j]·c[p][j] + Σ_r q_rope[r]·c[p][R+r])   (j then r increasing)
+ *   a = softmax(s) (max-subtracted, exp in f32, sum in double, increasing p)
+ *   o_lat[j] = Σ_p a_p·c[p][j] (p increasing);  out[d] = Σ_j kv_b[h(dn+dv)+dn+d][j]·o_lat[j]
+ * scratch: k3_mla_scratch_floats(...) floats owned by the caller. Heads split across the pool. */
+K3_API int64_t k3_mla_scratch_floats(int32_t R, int32_t npos);
+K3_API void k3_mla_attend(const float* q, const uint16_t* kv_b, const float* cache, float* out,
+                          float* scratch, int32_t Hm, int32_t dn, int32_t dr, int32_t dv,
+                          int32_t R, int32_t pos0, int32_t T, float scale);
+
+/* ---- AttnRes mix (MODEL.md §4) ----
+ * Sources for token t: bank[i][t] (i < n, bank is [n][T][E]) then P[t] (P is [T][E]).
+ * score_i = Σ_d (V_i[d]·r_i)·norm[d]·proj[d], r_i = 1/sqrt(mean(V_i²)+eps)   (double, d increasing)
+ * p = softmax(score) (double); out[t][d] = (float) Σ_i p_i·V_i[d] (double, i increasing) — RAW sources. */
+K3_API void k3_attnres_mix(const float* bank, int32_t n, const float* P, const uint16_t* proj,
+                           const uint16_t* norm, float* out, int32_t E, int32_t T, float eps);
+
+/* ---- router (MODEL.md §4) ----
+ * logits [T][N] (f32, from the gate matmul); s = sigmoid(logits); choice = s + bias;
+ * idx[t][0..K) = top-K of choice, descending, ties → lowest expert id;
+ * w = s[idx] / (Σ s[idx] + 1e-20) · scaling  (sum in double, rank order) — the bias never
+ * enters w (MODEL.md §7.2). */
+K3_API void k3_router_topk(const float* logits, const float* bias, int32_t N, int32_t K,
+                           int32_t T, float scaling, int32_t* idx, float* w);
+
+#endif

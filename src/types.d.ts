@@ -1,0 +1,5 @@
+// Lets TypeScript accept `import path from "x.so" with { type: "file" }` (bun embeds the file).
+declare module "*.so" {
+  const path: string;
+  export default path;
+}
