@@ -1,0 +1,234 @@
+// The public API: open a model under a budget, hold sessions, generate, report stats.
+// The CLI and the server use only this module (test/layers.test.ts checks the imports).
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { openCheckpoint, type Checkpoint } from "./checkpoint/catalogue.ts";
+import type { ModelConfig } from "./checkpoint/types.ts";
+import { K3Error } from "./errors.ts";
+import { loadKernels, type Kernels } from "./kernels.ts";
+import { Model } from "./model/forward.ts";
+import { ResidentWeights } from "./model/resident.ts";
+import { SessionState } from "./model/state.ts";
+import type { WeightProvider, WeightStats } from "./model/weights.ts";
+
+export type { ModelConfig } from "./checkpoint/types.ts";
+export type { WeightStats } from "./model/weights.ts";
+
+export interface EngineOptions {
+  /** Compute threads (process-wide pool); default: all cores. */
+  threads?: number;
+  /** Context limit in tokens (sizes the MLA cache). */
+  context?: number;
+  /** Prefill chunk in tokens. */
+  chunk?: number;
+  /** ISA override: "auto" | "scalar" | "avx2" | "avx512". */
+  isa?: "auto" | "scalar" | "avx2" | "avx512";
+}
+
+export interface TokenEvent {
+  id: number;
+  /** 0-based index among generated tokens. */
+  index: number;
+  /** Wall time spent producing this token (ms): prefill for index 0, one decode step after. */
+  ms: number;
+}
+
+export interface Sampler {
+  sample(logits: Float32Array): number;
+}
+
+export interface GenerateOptions {
+  maxTokens: number;
+  /** Default: greedy (argmax, lowest id on ties). */
+  sampler?: Sampler;
+  /** Token ids that end generation (not emitted). */
+  stopIds?: number[];
+  onPrefill?: (done: number, total: number) => void;
+  /** Checked before every step; true stops cleanly. */
+  shouldStop?: () => boolean;
+}
+
+export interface GenerationStats {
+  promptTokens: number;
+  generatedTokens: number;
+  prefillMs: number;
+  decodeMs: number;
+  msPerToken: number;
+  stopReason: "length" | "stop" | "cancelled" | "context";
+  io: WeightStats; // counters accumulated during this generation
+  ioPerToken: { bytesRead: number; trunkBytes: number; expertBytes: number; reads: number; hits: number };
+  peakRssBytes: number;
+}
+
+const ISA_CODES = { auto: -1, scalar: 0, avx2: 1, avx512: 2 } as const;
+
+/** One conversation / sequence: model state plus tokens not yet fed to the model. */
+export class Session {
+  /** A sampled token that has been emitted but not yet run through the model. */
+  pending: number[] = [];
+  constructor(readonly state: SessionState) {}
+  get position(): number {
+    return this.state.pos;
+  }
+  /** Every token of the sequence: processed ones, then pending ones. */
+  get tokens(): number[] {
+    return [...this.state.history, ...this.pending];
+  }
+  reset(): void {
+    this.state.reset();
+    this.pending = [];
+  }
+}
+
+export class Engine {
+  private constructor(
+    readonly dir: string,
+    readonly checkpoint: Checkpoint,
+    private k: Kernels,
+    private weights: WeightProvider,
+    private model: Model,
+    readonly context: number,
+    readonly threads: number,
+  ) {}
+
+  get config(): ModelConfig {
+    return this.checkpoint.config;
+  }
+
+  /** The tokenizer folder, if the model directory has one. */
+  get tokenizerDir(): string | undefined {
+    return existsSync(join(this.dir, "tiktoken.model")) ? this.dir : undefined;
+  }
+
+  static open(dir: string, opts: EngineOptions = {}): Engine {
+    const k = loadKernels();
+    const isa = opts.isa ?? "auto";
+    if (k.k3_isa_set(ISA_CODES[isa]) < 0) throw new K3Error("USAGE", `ISA path "${isa}" is not supported by this CPU`);
+    const threads = opts.threads ?? navigator.hardwareConcurrency ?? 1;
+    if (!Number.isInteger(threads) || threads < 1) throw new K3Error("USAGE", `--threads must be a positive integer, got ${threads}`);
+    const got = k.k3_pool_init(threads);
+    if (got !== threads) throw new K3Error("INTERNAL", `thread pool started ${got} threads, asked for ${threads}`);
+    const checkpoint = openCheckpoint(dir);
+    const cfg = checkpoint.config;
+    const context = opts.context ?? 4096;
+    const chunk = opts.chunk ?? 32;
+    const weights = new ResidentWeights(k, cfg, checkpoint.tensors);
+    let model: Model;
+    try {
+      model = new Model(k, cfg, weights, chunk, context);
+    } catch (err) {
+      weights.close();
+      throw err;
+    }
+    return new Engine(dir, checkpoint, k, weights, model, context, threads);
+  }
+
+  createSession(): Session {
+    return new Session(new SessionState(this.k, this.config, this.context));
+  }
+
+  /** Run prompt tokens through the model without sampling (returns last logits, a view). */
+  prefill(session: Session, ids: number[], onChunk?: (done: number, total: number) => void): Float32Array {
+    const all = [...session.pending, ...ids];
+    session.pending = [];
+    return this.model.forward(session.state, all, { onChunk });
+  }
+
+  /**
+   * Generate after `prompt` (appended to the session). Yields each token as soon as it is
+   * sampled; the caller may stop iterating at any time (the session stays consistent: the last
+   * emitted token is kept pending and fed first next time).
+   */
+  *generate(session: Session, prompt: number[], opts: GenerateOptions): Generator<TokenEvent, GenerationStats> {
+    const sampler = opts.sampler ?? { sample: (l: Float32Array) => this.k.k3_argmax(l as any, l.length) };
+    const stop = new Set(opts.stopIds ?? []);
+    const before = this.weights.stats();
+    const t0 = performance.now();
+    const promptTokens = session.pending.length + prompt.length;
+    if (promptTokens === 0) throw new K3Error("USAGE", "nothing to generate from: the prompt is empty");
+    if (session.position + promptTokens > this.context)
+      throw new K3Error("USAGE", `prompt of ${promptTokens} tokens does not fit the context limit (${this.context} tokens, ${session.position} used)`);
+    let logits = this.prefill(session, prompt, opts.onPrefill);
+    const prefillMs = performance.now() - t0;
+    let generated = 0;
+    let stopReason: GenerationStats["stopReason"] = "length";
+    let decodeMs = 0;
+    let stepMs = prefillMs;
+    while (generated < opts.maxTokens) {
+      if (opts.shouldStop?.()) {
+        stopReason = "cancelled";
+        break;
+      }
+      const id = sampler.sample(logits);
+      if (stop.has(id)) {
+        // The stop token is part of the sequence (a chat turn ends with it) but not emitted.
+        session.pending.push(id);
+        stopReason = "stop";
+        break;
+      }
+      // Pending before the yield: a caller that stops iterating here leaves the session
+      // consistent (the emitted token is fed first on the next call).
+      session.pending.push(id);
+      yield { id, index: generated, ms: stepMs };
+      generated++;
+      if (generated >= opts.maxTokens) break;
+      if (session.position + session.pending.length > this.context) {
+        stopReason = "context";
+        break;
+      }
+      const s = performance.now();
+      logits = this.model.forward(session.state, session.pending.splice(0));
+      stepMs = performance.now() - s;
+      decodeMs += stepMs;
+    }
+    const after = this.weights.stats();
+    const io = diffStats(after, before);
+    const steps = Math.max(1, generated);
+    return {
+      promptTokens,
+      generatedTokens: generated,
+      prefillMs,
+      decodeMs,
+      msPerToken: generated > 1 ? decodeMs / (generated - 1) : prefillMs,
+      stopReason,
+      io,
+      ioPerToken: {
+        bytesRead: (io.trunkBytesRead + io.expertBytesRead) / steps,
+        trunkBytes: io.trunkBytesRead / steps,
+        expertBytes: io.expertBytesRead / steps,
+        reads: io.reads / steps,
+        hits: io.expertHits / steps,
+      },
+      peakRssBytes: peakRssBytes(),
+    };
+  }
+
+  /** Counters since open (bytes read, reads, hits, direct I/O). */
+  stats(): WeightStats & { peakRssBytes: number; threads: number } {
+    return { ...this.weights.stats(), peakRssBytes: peakRssBytes(), threads: this.threads };
+  }
+
+  close(): void {
+    this.model.free();
+    this.weights.close();
+  }
+}
+
+function diffStats(a: WeightStats, b: WeightStats): WeightStats {
+  return {
+    trunkBytesRead: a.trunkBytesRead - b.trunkBytesRead,
+    expertBytesRead: a.expertBytesRead - b.expertBytesRead,
+    reads: a.reads - b.reads,
+    expertRequests: a.expertRequests - b.expertRequests,
+    expertHits: a.expertHits - b.expertHits,
+    lookaheadIssued: a.lookaheadIssued - b.lookaheadIssued,
+    lookaheadUsed: a.lookaheadUsed - b.lookaheadUsed,
+    ioWaitMs: a.ioWaitMs - b.ioWaitMs,
+    directIo: a.directIo,
+  };
+}
+
+/** Peak resident set size from the OS (getrusage maxrss, KiB on Linux). */
+export function peakRssBytes(): number {
+  return process.resourceUsage().maxRSS * 1024;
+}

@@ -1,0 +1,47 @@
+// Buffers in C memory (k3_mem_alloc): kernels get raw addresses without a ptr() call per use, and
+// buffers the C side keeps between calls (model state, caches) can never be moved or collected by
+// the JS GC. Each buffer is freed explicitly by its owner (CBuffers.free), never by a finalizer.
+import { toArrayBuffer } from "bun:ffi";
+import { K3Error } from "../errors.ts";
+import type { Kernels } from "../kernels.ts";
+
+export interface CBuf {
+  ptr: number; // raw address, 64-byte aligned
+  bytes: number;
+  f32(): Float32Array; // a view (for the few places JS reads results: logits, router output)
+  i32(): Int32Array;
+}
+
+/** A set of C allocations owned together (one model's scratch, one session's state). */
+export class CBuffers {
+  private bufs: CBuf[] = [];
+  constructor(private k: Kernels) {}
+
+  alloc(bytes: number, what: string, align = 64): CBuf {
+    const size = Math.max(64, Math.ceil(bytes / 64) * 64);
+    const p = Number(this.k.k3_mem_alloc(size, align));
+    if (!p) throw new K3Error("INTERNAL", `out of memory allocating ${size} bytes for ${what}`);
+    const buf: CBuf = {
+      ptr: p,
+      bytes: size,
+      // Views are created on demand: a JS ArrayBuffer over C memory has no finalizer.
+      f32: () => new Float32Array(toArrayBuffer(p as any, 0, size)),
+      i32: () => new Int32Array(toArrayBuffer(p as any, 0, size)),
+    };
+    this.bufs.push(buf);
+    return buf;
+  }
+
+  floats(n: number, what: string): CBuf {
+    return this.alloc(n * 4, what);
+  }
+
+  get totalBytes(): number {
+    return this.bufs.reduce((s, b) => s + b.bytes, 0);
+  }
+
+  free(): void {
+    for (const b of this.bufs) this.k.k3_mem_free(b.ptr as any);
+    this.bufs = [];
+  }
+}

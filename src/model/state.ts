@@ -1,0 +1,91 @@
+// Per-sequence state (MODEL.md §6): what persists between forward calls so that decoding one
+// token equals recomputing the whole prefix.
+//   KDA layer: S [H][D][D] f32 (key × value), conv history for q, k, v: [3][P] each (oldest first).
+//   MLA layer: latent cache [maxContext][R + dr] f32 rows = [RMSNorm(c_kv) | k_rope].
+//   AttnRes: nothing (the bank is rebuilt from the current token's own values every step).
+import { K3Error } from "../errors.ts";
+import type { ModelConfig } from "../checkpoint/types.ts";
+import type { Kernels } from "../kernels.ts";
+import { CBuffers, type CBuf } from "./cmem.ts";
+
+export interface KdaState {
+  S: CBuf;
+  convQ: CBuf;
+  convK: CBuf;
+  convV: CBuf;
+}
+
+export interface MlaState {
+  cache: CBuf; // [maxContext][R + dr]
+}
+
+/** Bytes of state one sequence needs at a given context limit (used by the memory planner too). */
+export function sessionStateBytes(cfg: ModelConfig, maxContext: number): number {
+  const P = cfg.kdaHeads * cfg.kdaHeadDim;
+  let bytes = 0;
+  for (const kind of cfg.layerKinds) {
+    if (kind === "kda") bytes += 4 * (cfg.kdaHeads * cfg.kdaHeadDim * cfg.kdaHeadDim + 3 * 3 * P);
+    else bytes += 4 * maxContext * (cfg.kvLoraRank + cfg.qkRope);
+  }
+  return bytes;
+}
+
+export class SessionState {
+  readonly kda: (KdaState | undefined)[] = [];
+  readonly mla: (MlaState | undefined)[] = [];
+  /** Number of tokens already processed (the next token's position). */
+  pos = 0;
+  /** Every token id processed so far, in order. */
+  readonly history: number[] = [];
+  private mem: CBuffers;
+
+  constructor(
+    k: Kernels,
+    readonly cfg: ModelConfig,
+    readonly maxContext: number,
+  ) {
+    if (!Number.isInteger(maxContext) || maxContext < 1)
+      throw new K3Error("USAGE", `context limit must be a positive integer, got ${maxContext}`);
+    this.mem = new CBuffers(k);
+    const P = cfg.kdaHeads * cfg.kdaHeadDim;
+    cfg.layerKinds.forEach((kind, L) => {
+      if (kind === "kda") {
+        this.kda[L] = {
+          S: this.mem.floats(cfg.kdaHeads * cfg.kdaHeadDim * cfg.kdaHeadDim, `KDA state L${L}`),
+          convQ: this.mem.floats(3 * P, `q conv history L${L}`),
+          convK: this.mem.floats(3 * P, `k conv history L${L}`),
+          convV: this.mem.floats(3 * P, `v conv history L${L}`),
+        };
+      } else {
+        this.mla[L] = { cache: this.mem.floats(maxContext * (cfg.kvLoraRank + cfg.qkRope), `MLA cache L${L}`) };
+      }
+    });
+  }
+
+  /** All state buffers in a fixed order (for saving / loading sessions). */
+  buffers(): { name: string; buf: CBuf }[] {
+    const out: { name: string; buf: CBuf }[] = [];
+    this.cfg.layerKinds.forEach((kind, L) => {
+      const s = this.kda[L];
+      if (s) out.push({ name: `kda.${L}.S`, buf: s.S }, { name: `kda.${L}.convQ`, buf: s.convQ }, { name: `kda.${L}.convK`, buf: s.convK }, { name: `kda.${L}.convV`, buf: s.convV });
+      const m = this.mla[L];
+      if (m) out.push({ name: `mla.${L}.cache`, buf: m.cache });
+    });
+    return out;
+  }
+
+  /** Forget everything: zero state, position 0. */
+  reset(): void {
+    for (const { buf } of this.buffers()) buf.f32().fill(0);
+    this.pos = 0;
+    this.history.length = 0;
+  }
+
+  get bytes(): number {
+    return this.mem.totalBytes;
+  }
+
+  free(): void {
+    this.mem.free();
+  }
+}

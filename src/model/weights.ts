@@ -1,0 +1,65 @@
+// How the forward pass reaches weights. The walk never knows where bytes come from: everything
+// resident (ResidentWeights, below in resident.ts) or streamed from disk within a RAM budget
+// (src/memory/). Both hand out raw C addresses (numbers) that stay valid between acquire and
+// release; kernels read straight from them.
+import type { DType } from "../checkpoint/types.ts";
+
+/** A tensor in C memory: raw address (48-bit number), dtype and shape as in the checkpoint. */
+export interface TensorRef {
+  ptr: number;
+  dtype: DType;
+  shape: number[];
+  bytes: number;
+}
+
+/** The six tensors of one routed expert (MXFP4: packed nibbles + E8M0 scales). */
+export interface ExpertRef {
+  w1p: number; // gate  [moeInter][latent/2]
+  w1s: number; //       [moeInter][latent/32]
+  w2p: number; // down  [latent][moeInter/2]
+  w2s: number; //       [latent][moeInter/32]
+  w3p: number; // up    [moeInter][latent/2]
+  w3s: number; //       [moeInter][latent/32]
+}
+
+/** Non-expert tensors of one layer, by name below `layers.L.` (e.g. "self_attn.q_proj.weight"). */
+export interface LayerRef {
+  layer: number;
+  t(suffix: string): TensorRef; // throws naming the tensor if absent
+}
+
+/** Counters every provider keeps (STREAMING.md §5: a hit is a demand request served without disk). */
+export interface WeightStats {
+  trunkBytesRead: number;
+  expertBytesRead: number;
+  reads: number;
+  expertRequests: number;
+  expertHits: number; // served without any read during this token (prefetched-this-token is not a hit)
+  lookaheadIssued: number;
+  lookaheadUsed: number;
+  ioWaitMs: number;
+  directIo: boolean;
+}
+
+export interface WeightProvider {
+  /** Embedding row of token `id` as f32 into dst (E floats). */
+  embedRow(id: number, dst: number): void;
+  /** lm_head, final norm, output AttnRes mix tensors (resident or streamed like a layer). */
+  head(): { lmHead: TensorRef; norm: TensorRef; outResProj: TensorRef; outResNorm: TensorRef };
+  /** Blocks until layer L's non-expert tensors are in memory; may start reading layer L+1. */
+  acquireLayer(L: number): LayerRef;
+  releaseLayer(L: number): void;
+  /**
+   * Declare the experts layer L needs (deduplicated, in first-use order) and start their reads.
+   * Returns them in the order they become available, via `nextExpert`.
+   */
+  requestExperts(L: number, experts: number[]): void;
+  /** Wait for any requested expert of layer L not yet handed out; returns its id and tensors. */
+  nextExpert(L: number): { expert: number; ref: ExpertRef };
+  /** All experts of layer L are done; their slots may be reused. */
+  releaseExperts(L: number): void;
+  /** Optional: hint that layer L's router predicts these experts (lookahead; exact by design). */
+  hintExperts?(L: number, experts: number[]): void;
+  stats(): WeightStats;
+  close(): void;
+}
