@@ -1,8 +1,24 @@
+// `k3 info <dir> [--json]` or `k3 info --config F --index F [--json]`: describe a checkpoint
+// (architecture, layer map, byte census, layout facts). Text or one JSON object on stdout;
+// every failure is a thrown K3Error that main.ts maps to an exit status.
 import { defineCommand } from "citty";
+import { describeCheckpoint, describeMetadata, renderInfo } from "../../checkpoint/describe.ts";
+import { K3Error } from "../../errors.ts";
+
 export default defineCommand({
   meta: { name: "info", description: "Describe a checkpoint: architecture, layer map, byte census, layout" },
-  args: { dir: { type: "positional", required: false, description: "model directory" } },
-  run() {
-    throw new Error("not implemented yet");
+  args: {
+    dir: { type: "positional", required: false, description: "model directory (config.json + shards)" },
+    config: { type: "string", description: "config.json, to describe release metadata without shards (with --index)" },
+    index: { type: "string", description: "model.safetensors.index.json[.gz] (with --config)" },
+    json: { type: "boolean", description: "print one JSON object instead of text" },
+  },
+  run({ args }) {
+    const meta = args.config !== undefined || args.index !== undefined;
+    if (meta && args.dir) throw new K3Error("USAGE", "give either a model directory or --config and --index, not both");
+    if (meta && (!args.config || !args.index)) throw new K3Error("USAGE", "--config and --index go together");
+    if (!meta && !args.dir) throw new K3Error("USAGE", "no model directory: k3 info <dir> or k3 info --config F --index F");
+    const report = meta ? describeMetadata(args.config!, args.index!) : describeCheckpoint(args.dir!);
+    process.stdout.write(args.json ? `${JSON.stringify(report)}\n` : renderInfo(report));
   },
 });
