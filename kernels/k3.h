@@ -46,7 +46,7 @@ K3_API int32_t k3_isa_supported(int32_t isa);    /* 1 / 0 */
 /* ---- compute thread pool (process-wide: one pool per process, shared by all models) ----
  * Persistent worker threads; the calling thread takes part (so n = 1 means no workers).
  * Matmuls split output rows into n contiguous chunks; KDA/MLA split heads. */
-K3_API int32_t k3_pool_init(int32_t nthreads);   /* (re)size; returns threads in effect */
+K3_API int32_t k3_pool_init(int32_t nthreads);   /* (re)size, clamped to 1..64; returns threads in effect */
 K3_API int32_t k3_pool_size(void);
 K3_API void    k3_pool_free(void);
 
@@ -54,6 +54,9 @@ K3_API void    k3_pool_free(void);
 K3_API void*   k3_mem_alloc(int64_t bytes, int64_t align);   /* zeroed; NULL on failure */
 K3_API void    k3_mem_free(void* p);
 K3_API void    k3_mem_copy(void* dst, const void* src, int64_t bytes);
+/* Memory-read probe for benchmarks: the sum of all bytes (mod 2^64), read by the pool in
+ * contiguous chunks with the current ISA. Added for bench/kernels.ts (GB/s next to the matmuls). */
+K3_API int64_t k3_mem_read_sum(const void* p, int64_t bytes);
 
 /* ---- matrix products: Y[t][r] = Σ_c W[r][c] · X[t][c] ----
  * Reduction order (all paths): 16 lane accumulators, lane j sums the products of columns
@@ -121,7 +124,10 @@ K3_API void k3_kda_recurrent(const float* q, const float* k, const float* v, con
  *   s_p = scale · (Σ_j q_lat[j]·c[p][j] + Σ_r q_rope[r]·c[p][R+r])   (j then r increasing)
  *   a = softmax(s) (max-subtracted, exp in f32, sum in double, increasing p)
  *   o_lat[j] = Σ_p a_p·c[p][j] (p increasing);  out[d] = Σ_j kv_b[h(dn+dv)+dn+d][j]·o_lat[j]
- * scratch: k3_mla_scratch_floats(...) floats owned by the caller. Heads split across the pool. */
+ * Clarification (implementation): the two Σ_j/Σ_r of s_p and the Σ_j of out[d] use the matmuls'
+ * 16-lane order (each separately, then added); a_p = (float)(e_p / Σe) in double.
+ * scratch: k3_mla_scratch_floats(R, npos) floats owned by the caller, npos ≥ pos0+T (one slot per
+ * possible pool thread, so it stays valid after k3_pool_init). Heads split across the pool. */
 K3_API int64_t k3_mla_scratch_floats(int32_t R, int32_t npos);
 K3_API void k3_mla_attend(const float* q, const uint16_t* kv_b, const float* cache, float* out,
                           float* scratch, int32_t Hm, int32_t dn, int32_t dr, int32_t dv,

@@ -19,7 +19,60 @@ const { ptr, i32, i64, f32, void: v } = FFIType;
 /** The symbol table: argument and return types of every exported function (see kernels/k3.h). */
 export const symbols = {
   k3_version: { args: [], returns: i32 },
+
+  // ISA dispatch (process-wide): -1 auto, 0 scalar, 1 AVX2, 2 AVX-512
+  k3_isa_set: { args: [i32], returns: i32 },
+  k3_isa_get: { args: [], returns: i32 },
+  k3_isa_supported: { args: [i32], returns: i32 },
+
+  // compute thread pool (process-wide; the caller takes part)
+  k3_pool_init: { args: [i32], returns: i32 },
+  k3_pool_size: { args: [], returns: i32 },
+  k3_pool_free: { args: [], returns: v },
+
+  // memory (i64 returns are BigInt; k3_mem_alloc returns a pointer number or null)
+  k3_mem_alloc: { args: [i64, i64], returns: ptr },
+  k3_mem_free: { args: [ptr], returns: v },
+  k3_mem_copy: { args: [ptr, ptr, i64], returns: v },
+  k3_mem_read_sum: { args: [ptr, i64], returns: i64 },
+
+  // matmuls: (W, X[T][cols], Y[T][rows], rows, cols, T)
+  k3_matmul_bf16: { args: [ptr, ptr, ptr, i32, i32, i32], returns: v },
+  k3_matmul_f32: { args: [ptr, ptr, ptr, i32, i32, i32], returns: v },
+  k3_matmul_mxfp4: { args: [ptr, ptr, ptr, ptr, i32, i32, i32], returns: v },
+
+  // elementwise
+  k3_bf16_to_f32: { args: [ptr, ptr, i64], returns: v },
+  k3_add: { args: [ptr, ptr, i64], returns: v },
+  k3_axpy: { args: [ptr, f32, ptr, i64], returns: v },
+  k3_sigmoid: { args: [ptr, i64], returns: v },
+  k3_mul_sigmoid: { args: [ptr, ptr, i64], returns: v },
+  k3_situ_glu: { args: [ptr, ptr, ptr, i64, f32, f32], returns: v },
+  k3_argmax: { args: [ptr, i32], returns: i32 },
+  // (x, ldx, w, y, ldy, n, T, eps)
+  k3_rmsnorm_bf16w: { args: [ptr, i32, ptr, ptr, i32, i32, i32, f32], returns: v },
+  k3_rmsnorm_f32w: { args: [ptr, i32, ptr, ptr, i32, i32, i32, f32], returns: v },
+
+  // KDA
+  k3_kda_conv_silu: { args: [ptr, ptr, ptr, i32, i32], returns: v }, // (X, w, hist, C, T)
+  k3_l2norm_heads: { args: [ptr, i32, i32, i32, f32, f32], returns: v }, // (X, H, D, T, eps, scale)
+  k3_kda_gate: { args: [ptr, ptr, ptr, ptr, i32, i32, i32, f32], returns: v }, // (f, dt_bias, A_log, g, H, D, T, lower)
+  k3_kda_recurrent: { args: [ptr, ptr, ptr, ptr, ptr, ptr, ptr, i32, i32, i32], returns: v }, // (q,k,v,g,beta,S,o,H,D,T)
+
+  // MLA
+  k3_mla_scratch_floats: { args: [i32, i32], returns: i64 }, // (R, npos) → BigInt
+  // (q, kv_b, cache, out, scratch, Hm, dn, dr, dv, R, pos0, T, scale)
+  k3_mla_attend: { args: [ptr, ptr, ptr, ptr, ptr, i32, i32, i32, i32, i32, i32, i32, f32], returns: v },
+
+  // AttnRes: (bank, n, P, proj, norm, out, E, T, eps)
+  k3_attnres_mix: { args: [ptr, i32, ptr, ptr, ptr, ptr, i32, i32, f32], returns: v },
+
+  // router: (logits, bias, N, K, T, scaling, idx, w)
+  k3_router_topk: { args: [ptr, ptr, i32, i32, i32, f32, ptr, ptr], returns: v },
 } as const;
+
+/** ISA ids of k3_isa_set / k3_isa_get (kernels/k3.h). */
+export const ISA = { auto: -1, scalar: 0, avx2: 1, avx512: 2 } as const;
 
 export type Kernels = ReturnType<typeof dlopen<typeof symbols>>["symbols"];
 
@@ -66,4 +119,3 @@ export function kernelsPath(): string | undefined {
   return loaded?.path;
 }
 
-void [ptr, i32, i64, f32, v];

@@ -1,0 +1,71 @@
+/* Shared internals of the kernel library (not part of the FFI API).
+ *
+ * FP contract for every file that includes this: -ffp-contract=off, no fast-math, one fixed
+ * summation order per kernel (kernels/k3.h). Helpers here are used by several kernels and so
+ * fix the order for all of them. */
+#ifndef K3_INTERNAL_H
+#define K3_INTERNAL_H
+#include "k3.h"
+#include <math.h>
+#include <string.h>
+
+/* Upper bound on pool threads (the calling thread included). Fixed so k3_mla_scratch_floats can
+ * size one scratch slot per possible thread without knowing the pool size at call time. */
+#define K3_POOL_MAX_THREADS 64
+
+/* Current ISA (set by k3_isa_set; auto on first use). */
+int32_t k3_isa_current(void);
+
+/* Run fn(ctx, i, n) for i = 0..n−1 on the pool, n = the pool size (i = 0 on the caller).
+ * Returns when all n calls have returned. Calls from several host threads are serialized. */
+typedef void (*k3_job_fn)(void* ctx, int32_t i, int32_t n);
+void k3_pool_run(k3_job_fn fn, void* ctx);
+/* Same, but with n forced to 1 (runs on the caller) when `small` is nonzero. */
+static inline void k3_pool_run_if(k3_job_fn fn, void* ctx, int small) {
+  if (small) fn(ctx, 0, 1); else k3_pool_run(fn, ctx);
+}
+/* Contiguous chunk [lo, hi) of `count` items for part i of n (every item in exactly one part). */
+static inline void k3_chunk(int64_t count, int32_t i, int32_t n, int64_t* lo, int64_t* hi) {
+  *lo = count * i / n;
+  *hi = count * (i + 1) / n;
+}
+
+static inline float k3_bf16(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+/* sigmoid(x) = 1 / (1 + exp(−x)) in f32 (saturates cleanly: exp overflow → inf → 0). */
+static inline float k3_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* The library's 16-lane dot order (k3.h, matmuls): lane j sums products of c ≡ j (mod 16) for
+ * c < n − n%16 in increasing c, halving tree, then the tail in increasing c. Products are
+ * rounded to f32 before the add. Used by the scalar matmuls and by MLA. */
+static inline float k3_tree16(float* v) {
+  for (int j = 0; j < 8; j++) v[j] += v[j + 8];
+  for (int j = 0; j < 4; j++) v[j] += v[j + 4];
+  for (int j = 0; j < 2; j++) v[j] += v[j + 2];
+  v[0] += v[1];
+  return v[0];
+}
+static inline float k3_dot16_f32(const float* a, const float* b, int32_t n) {
+  float v[16] = {0};
+  int32_t n16 = n - n % 16;
+  for (int32_t c = 0; c < n16; c += 16)
+    for (int j = 0; j < 16; j++) { float p = a[c + j] * b[c + j]; v[j] += p; }
+  float s = k3_tree16(v);
+  for (int32_t c = n16; c < n; c++) { float p = a[c] * b[c]; s += p; }
+  return s;
+}
+static inline float k3_dot16_bf16(const uint16_t* w, const float* x, int32_t n) {
+  float v[16] = {0};
+  int32_t n16 = n - n % 16;
+  for (int32_t c = 0; c < n16; c += 16)
+    for (int j = 0; j < 16; j++) { float p = k3_bf16(w[c + j]) * x[c + j]; v[j] += p; }
+  float s = k3_tree16(v);
+  for (int32_t c = n16; c < n; c++) { float p = k3_bf16(w[c]) * x[c]; s += p; }
+  return s;
+}
+#endif

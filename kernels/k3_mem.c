@@ -1,0 +1,71 @@
+/* Aligned memory and a memory-read bandwidth probe (k3.h). Allocation is this file's job. */
+#include "k3_internal.h"
+#include <stdlib.h>
+#include <immintrin.h>
+
+K3_API void* k3_mem_alloc(int64_t bytes, int64_t align) {
+  if (bytes < 0 || align < 0) return NULL;
+  if (align < (int64_t)sizeof(void*)) align = sizeof(void*);
+  if (align & (align - 1)) return NULL; /* power of two only */
+  if (bytes == 0) bytes = 1;
+  void* p = NULL;
+  if (posix_memalign(&p, (size_t)align, (size_t)bytes) != 0) return NULL;
+  memset(p, 0, (size_t)bytes);
+  return p;
+}
+
+K3_API void k3_mem_free(void* p) { free(p); }
+
+K3_API void k3_mem_copy(void* dst, const void* src, int64_t bytes) {
+  if (bytes > 0) memcpy(dst, src, (size_t)bytes);
+}
+
+/* Read bandwidth probe: sum of all bytes (mod 2^64), split over the pool in contiguous chunks.
+ * The bench times it against the matmuls; the sum is returned so the reads cannot be elided. */
+typedef struct { const uint8_t* p; int64_t n; uint64_t part[K3_POOL_MAX_THREADS]; } sum_job;
+
+__attribute__((target("avx2"))) static uint64_t sum_avx2(const uint8_t* p, int64_t n) {
+  __m256i z = _mm256_setzero_si256(), a0 = z, a1 = z, a2 = z, a3 = z;
+  int64_t i = 0;
+  for (; i + 128 <= n; i += 128) {
+    a0 = _mm256_add_epi64(a0, _mm256_sad_epu8(_mm256_loadu_si256((const __m256i*)(p + i)), z));
+    a1 = _mm256_add_epi64(a1, _mm256_sad_epu8(_mm256_loadu_si256((const __m256i*)(p + i + 32)), z));
+    a2 = _mm256_add_epi64(a2, _mm256_sad_epu8(_mm256_loadu_si256((const __m256i*)(p + i + 64)), z));
+    a3 = _mm256_add_epi64(a3, _mm256_sad_epu8(_mm256_loadu_si256((const __m256i*)(p + i + 96)), z));
+  }
+  __m256i a = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+  uint64_t s = (uint64_t)_mm256_extract_epi64(a, 0) + (uint64_t)_mm256_extract_epi64(a, 1) +
+               (uint64_t)_mm256_extract_epi64(a, 2) + (uint64_t)_mm256_extract_epi64(a, 3);
+  for (; i < n; i++) s += p[i];
+  return s;
+}
+
+static uint64_t sum_sse2(const uint8_t* p, int64_t n) {
+  __m128i z = _mm_setzero_si128(), a0 = z, a1 = z;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a0 = _mm_add_epi64(a0, _mm_sad_epu8(_mm_loadu_si128((const __m128i*)(p + i)), z));
+    a1 = _mm_add_epi64(a1, _mm_sad_epu8(_mm_loadu_si128((const __m128i*)(p + i + 16)), z));
+  }
+  uint64_t t[2];
+  _mm_storeu_si128((__m128i*)t, _mm_add_epi64(a0, a1));
+  uint64_t s = t[0] + t[1];
+  for (; i < n; i++) s += p[i];
+  return s;
+}
+
+static void sum_part(void* vctx, int32_t i, int32_t n) {
+  sum_job* j = vctx;
+  int64_t lo, hi;
+  k3_chunk(j->n, i, n, &lo, &hi);
+  j->part[i] = k3_isa_current() >= K3_ISA_AVX2 ? sum_avx2(j->p + lo, hi - lo)
+                                               : sum_sse2(j->p + lo, hi - lo);
+}
+
+K3_API int64_t k3_mem_read_sum(const void* p, int64_t bytes) {
+  sum_job j = { .p = p, .n = bytes };
+  k3_pool_run(sum_part, &j);
+  uint64_t s = 0;
+  for (int32_t i = 0; i < K3_POOL_MAX_THREADS; i++) s += j.part[i];
+  return (int64_t)s;
+}

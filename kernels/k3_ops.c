@@ -1,0 +1,72 @@
+/* Elementwise and vector ops (k3.h). One scalar implementation each, sequential order.
+ * FP contract: -ffp-contract=off, no fast-math; libm expf/tanhf. Loops over independent
+ * elements may be vectorized by the compiler, which never reorders a single element's ops. */
+#include "k3_internal.h"
+
+K3_API void k3_bf16_to_f32(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; i++) dst[i] = k3_bf16(src[i]);
+}
+
+K3_API void k3_add(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+K3_API void k3_axpy(float* y, float a, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) { float p = a * x[i]; y[i] += p; }
+}
+
+K3_API void k3_sigmoid(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; i++) x[i] = k3_sigmoidf(x[i]);
+}
+
+K3_API void k3_mul_sigmoid(float* x, const float* gate, int64_t n) {
+  for (int64_t i = 0; i < n; i++) x[i] *= k3_sigmoidf(gate[i]);
+}
+
+/* out = (b1·tanh(g/b1) · sigmoid(g)) · (b2·tanh(u/b2)), evaluated left to right as written.
+ * Both inputs are read before out is written, so out may alias g or u. */
+K3_API void k3_situ_glu(const float* g, const float* u, float* out, int64_t n, float b1, float b2) {
+  for (int64_t i = 0; i < n; i++) {
+    float gi = g[i], ui = u[i];
+    float a = b1 * tanhf(gi / b1);
+    a = a * k3_sigmoidf(gi);
+    float v = b2 * tanhf(ui / b2);
+    out[i] = a * v;
+  }
+}
+
+/* Ties → lowest index (strict >). NaN never wins; all-NaN (or n ≤ 0 → −1) returns 0 / −1. */
+K3_API int32_t k3_argmax(const float* x, int32_t n) {
+  if (n <= 0) return -1;
+  int32_t best = 0;
+  for (int32_t i = 1; i < n; i++)
+    if (x[i] > x[best] || (x[best] != x[best] && x[i] == x[i])) best = i;
+  return best;
+}
+
+/* y[i] = (float)(w[i] · (x[i] · r)), r = 1/sqrt(Σx²/n + eps), all in double, Σ sequential. */
+static inline double rms_r(const float* x, int32_t n, float eps) {
+  double ss = 0.0;
+  for (int32_t i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+  return 1.0 / sqrt(ss / n + (double)eps);
+}
+
+K3_API void k3_rmsnorm_bf16w(const float* x, int32_t ldx, const uint16_t* w, float* y,
+                             int32_t ldy, int32_t n, int32_t T, float eps) {
+  for (int32_t t = 0; t < T; t++) {
+    const float* xr = x + (int64_t)t * ldx;
+    float* yr = y + (int64_t)t * ldy;
+    double r = rms_r(xr, n, eps);
+    for (int32_t i = 0; i < n; i++) yr[i] = (float)((double)k3_bf16(w[i]) * ((double)xr[i] * r));
+  }
+}
+
+K3_API void k3_rmsnorm_f32w(const float* x, int32_t ldx, const float* w, float* y,
+                            int32_t ldy, int32_t n, int32_t T, float eps) {
+  for (int32_t t = 0; t < T; t++) {
+    const float* xr = x + (int64_t)t * ldx;
+    float* yr = y + (int64_t)t * ldy;
+    double r = rms_r(xr, n, eps);
+    for (int32_t i = 0; i < n; i++) yr[i] = (float)((double)w[i] * ((double)xr[i] * r));
+  }
+}
