@@ -2,6 +2,10 @@
 // (when tools/gen/ exists) the whole model on generated tiny checkpoints, including every trap.
 import { describe, expect, test } from "bun:test";
 import * as ops from "../tools/reference/ops.ts";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { SafetensorsDir } from "../tools/reference/safetensors.ts";
 
 const f64 = (xs: number[]) => Float64Array.from(xs);
 const close = (a: ArrayLike<number>, b: number[], digits = 12) => {
@@ -171,4 +175,44 @@ describe("router", () => {
     expect(t.idx).toEqual([1]);
     close(t.w, [1]);
   });
+});
+
+// ───────────────────────────── safetensors reader ─────────────────────────────
+
+/** A shard from a raw header object and a data section (no validation: tests feed it bad headers). */
+function writeShard(path: string, header: object, data: Uint8Array) {
+  const json = Buffer.from(JSON.stringify(header));
+  const len = Buffer.alloc(8);
+  len.writeBigUInt64LE(BigInt(json.length));
+  writeFileSync(path, Buffer.concat([len, json, data]));
+}
+
+describe("safetensors reader", () => {
+  const data = new Uint8Array([0x80, 0x3f, 0x00, 0x40, 1, 2, 3, 4]); // bf16 [1, 2], u8 [1..4]
+  test("reads tensors via the index and skips __metadata__", () => {
+    const dir = mkdtempSync(join(tmpdir(), "k3-ref-st-"));
+    writeShard(join(dir, "a.safetensors"), {
+      __metadata__: { format: "pt" },
+      w: { dtype: "BF16", shape: [2], data_offsets: [0, 4] },
+      u: { dtype: "U8", shape: [2, 2], data_offsets: [4, 8] },
+    }, data);
+    writeFileSync(join(dir, "model.safetensors.index.json"), JSON.stringify({ weight_map: { w: "a.safetensors", u: "a.safetensors" } }));
+    const st = SafetensorsDir.open(dir);
+    expect(st.names().sort()).toEqual(["u", "w"]);
+    close(ops.decodeBF16(st.read("w")), [1, 2]);
+    expect([...st.read("u")]).toEqual([1, 2, 3, 4]);
+    expect(() => st.read("missing")).toThrow(/missing/);
+  });
+  const bad: [string, object][] = [
+    ["size disagrees with shape", { w: { dtype: "BF16", shape: [3], data_offsets: [0, 4] } }],
+    ["unknown dtype", { w: { dtype: "Q4", shape: [4], data_offsets: [0, 4] } }],
+    ["runs past the file", { w: { dtype: "U8", shape: [16], data_offsets: [0, 16] } }],
+    ["overlap", { w: { dtype: "BF16", shape: [2], data_offsets: [0, 4] }, v: { dtype: "U8", shape: [2], data_offsets: [2, 4] } }],
+  ];
+  for (const [what, header] of bad)
+    test(`refuses a shard whose tensor ${what}`, () => {
+      const dir = mkdtempSync(join(tmpdir(), "k3-ref-st-"));
+      writeShard(join(dir, "a.safetensors"), header, data);
+      expect(() => SafetensorsDir.open(dir)).toThrow();
+    });
 });
