@@ -199,7 +199,7 @@ export function parseConfig(json: unknown, source: string): ModelConfig {
     r.problem(`${L}num_heads`, `${kdaHeads} heads exceed head_dim ${kdaHeadDim} (A_log has head_dim entries, one per head)`);
   if (firstKDense > numLayers) r.problem(`${T}first_k_dense_replace`, `${firstKDense} exceeds num_hidden_layers ${numLayers}`);
   for (const [v, name] of [[latent, "routed_expert_hidden_size"], [moeInter, "moe_intermediate_size"]] as const)
-    if (v % MXFP4_GROUP !== 0) r.problem(`${T}${name}`, `${v} is not a multiple of the MXFP4 group ${MXFP4_GROUP}`);
+    if (Number.isFinite(v) && v % MXFP4_GROUP !== 0) r.problem(`${T}${name}`, `${v} is not a multiple of the MXFP4 group ${MXFP4_GROUP}`);
 
   const layerKinds = layerMap(r, numLayers, kdaList, mlaList, L);
   if (r.problems.length) r.fail();
