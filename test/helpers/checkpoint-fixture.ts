@@ -81,6 +81,8 @@ export interface FixtureTensor {
   name: string;
   dtype: string;
   shape: number[];
+  /** Zero-based layer whose shard holds it (writeCheckpoint); default: from the name. */
+  layer?: number;
   /** Fill byte for the data (default: a hash of the name, so each tensor's bytes differ). */
   fill?: number;
 }
@@ -142,7 +144,7 @@ export function writeCheckpoint(dir: string, opts: FixtureOptions = {}): { dir: 
   const cfgJson = opts.config ?? tinyConfigJson();
   writeFileSync(join(dir, "config.json"), JSON.stringify(cfgJson, null, 2));
   const cfg = parseConfig(cfgJson, "fixture");
-  let tensors: (FixtureTensor & { layer?: number })[] = expectedTensors(cfg).map((s) => ({ name: s.name, dtype: s.dtype, shape: s.shape, layer: s.layer }));
+  let tensors: FixtureTensor[] = expectedTensors(cfg).map((s) => ({ name: s.name, dtype: s.dtype, shape: s.shape, layer: s.layer }));
   if (opts.vision) tensors.push({ name: "vision_tower.encoder.blocks.0.wo.weight", dtype: "BF16", shape: [4, 4] }, { name: "mm_projector.proj.0.weight", dtype: "F32", shape: [2] });
   if (opts.edit) tensors = opts.edit(tensors);
   const nShards = cfg.numLayers + 1;
@@ -150,7 +152,7 @@ export function writeCheckpoint(dir: string, opts: FixtureOptions = {}): { dir: 
   const shards = new Map<string, FixtureTensor[]>();
   for (let i = 0; i < nShards; i++) shards.set(shardName(i), []);
   for (const t of tensors) {
-    const layer = (t as { layer?: number }).layer ?? layerOf(t.name);
+    const layer = t.layer ?? layerOf(t.name);
     shards.get(shardName(layer === undefined ? (t.name.startsWith("language_model.") ? 0 : nShards - 1) : layer + 1))!.push(t);
   }
   const weightMap: Record<string, string> = {};
