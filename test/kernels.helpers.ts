@@ -1,0 +1,95 @@
+// Shared fixtures for the kernel tests: a seeded PRNG, random f32/bf16/MXFP4 data with edge
+// values, f64 views and the error bounds derived in docs/NUMERICS.md. Not a test file itself.
+import { loadKernels, ISA } from "../src/kernels.ts";
+
+export const k = loadKernels();
+/** Unit roundoff of f32 (round to nearest). */
+export const U = 2 ** -24;
+/** Half the spacing of f32 subnormals: the absolute error of one rounding into that range. */
+export const SUB = 2 ** -150;
+/** γ_n = n·u/(1 − n·u): the classic bound on n successive f32 roundings (Higham, Thm 3.1). */
+export const gamma = (n: number) => (n * U) / (1 - n * U);
+
+/** mulberry32: tiny seeded PRNG so every run sees the same "random" inputs. */
+export function rng(seed: number) {
+  let a = seed >>> 0;
+  const next = () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  return {
+    next,
+    uniform: (lo: number, hi: number) => lo + (hi - lo) * next(),
+    int: (n: number) => Math.floor(next() * n),
+  };
+}
+export type Rng = ReturnType<typeof rng>;
+
+export function randF32(r: Rng, n: number, lo = -1, hi = 1): Float32Array {
+  const a = new Float32Array(n);
+  for (let i = 0; i < n; i++) a[i] = r.uniform(lo, hi);
+  return a;
+}
+/** bf16 bit patterns of random values in ±[2^-8, 2) (finite, normal). */
+export function randBF16(r: Rng, n: number): Uint16Array {
+  const f = new Float32Array(1);
+  const u = new Uint32Array(f.buffer);
+  const a = new Uint16Array(n);
+  for (let i = 0; i < n; i++) {
+    f[0] = (r.next() < 0.5 ? -1 : 1) * 2 ** r.uniform(-8, 1);
+    a[i] = u[0] >>> 16;
+  }
+  return a;
+}
+export const bf16ToF32 = (b: Uint16Array) => new Float32Array(new Uint32Array(Array.from(b, (x) => x << 16)).buffer);
+
+/** Random MXFP4 weights: every nibble (incl. −0) and scales with the edge cases 0, 1, 254, 255. */
+export function randMXFP4(r: Rng, rows: number, cols: number) {
+  const packed = new Uint8Array((rows * cols) / 2);
+  for (let i = 0; i < packed.length; i++) packed[i] = r.int(256);
+  const scales = new Uint8Array((rows * cols) / 32);
+  const edges = [0, 1, 254, 255];
+  for (let i = 0; i < scales.length; i++) scales[i] = r.next() < 0.15 ? edges[r.int(4)] : 100 + r.int(50);
+  return { packed, scales };
+}
+
+export const f64 = (a: ArrayLike<number>) => Float64Array.from(a);
+
+/** Forces an ISA and a pool size for the duration of fn (restored after). */
+export function withIsaThreads<T>(isa: number, threads: number, fn: () => T): T {
+  const prevIsa = k.k3_isa_get();
+  const prevThreads = k.k3_pool_size();
+  if (k.k3_isa_set(isa) !== isa) throw new Error(`ISA ${isa} not supported`);
+  k.k3_pool_init(threads);
+  try {
+    return fn();
+  } finally {
+    k.k3_isa_set(prevIsa);
+    k.k3_pool_init(prevThreads);
+  }
+}
+
+/** ISA paths this CPU supports (a test for an unsupported path is skipped by name). */
+export const supported = {
+  scalar: k.k3_isa_supported(ISA.scalar) === 1,
+  avx2: k.k3_isa_supported(ISA.avx2) === 1,
+  avx512: k.k3_isa_supported(ISA.avx512) === 1,
+};
+export const allIsas = [ISA.scalar, ISA.avx2, ISA.avx512].filter((i) => k.k3_isa_supported(i) === 1);
+
+/** Hash of the exact bits of a typed array. */
+export const bitsHash = (a: ArrayBufferView) =>
+  Bun.hash(new Uint8Array(a.buffer, a.byteOffset, a.byteLength)).toString(16);
+
+/** Asserts |got − want| ≤ bound elementwise; reports the worst index on failure. */
+export function expectWithin(got: ArrayLike<number>, want: ArrayLike<number>, bound: ArrayLike<number> | number, what: string) {
+  if (got.length !== want.length) throw new Error(`${what}: length ${got.length} != ${want.length}`);
+  for (let i = 0; i < got.length; i++) {
+    const b = typeof bound === "number" ? bound : bound[i];
+    const err = Math.abs(got[i] - want[i]);
+    if (!(err <= b)) throw new Error(`${what}[${i}]: got ${got[i]}, want ${want[i]}, |err| ${err} > bound ${b}`);
+  }
+}
