@@ -13,6 +13,8 @@ const main = defineCommand({
   meta: { name: "k3", version: VERSION, description: "Run Kimi K3 on one CPU machine, streaming its weights from disk" },
   subCommands: {
     info: lazy(() => import("./commands/info.ts")),
+    tokenize: lazy(() => import("./commands/tokenize.ts")),
+    detokenize: lazy(() => import("./commands/detokenize.ts")),
     run: lazy(() => import("./commands/run.ts")),
     "simulate-cache": lazy(() => import("./commands/simulate-cache.ts")),
   },
