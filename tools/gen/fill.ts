@@ -102,6 +102,7 @@ function fillRow(t: TensorPlan, rng: Xoshiro128, tables: TableCache, row: number
       const words = new Uint32Array((n + 3) >> 2);
       rng.fillU32(words);
       dst.set(new Uint8Array(words.buffer, 0, n));
+      if (init.plant !== undefined && row === 0) dst[0] = init.plant;
       return;
     }
     case "e8m0": {
@@ -112,6 +113,7 @@ function fillRow(t: TensorPlan, rng: Xoshiro128, tables: TableCache, row: number
         const b = bytes[i]!;
         dst[i] = b >= E8M0_NAN_FROM ? 255 : 120 + (b % 11);
       }
+      if (init.plant !== undefined && row === 0) dst[0] = init.plant;
       return;
     }
   }

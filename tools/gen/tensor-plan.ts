@@ -28,10 +28,12 @@ export type Init =
   | { kind: "conv" }
   /** A_log [D] f32: log U(1, 16) on the first `heads` entries; the tail zero or log U(1, 16). */
   | { kind: "alog"; heads: number; tail: "zero" | "random" }
-  /** MXFP4 packed nibbles: uniform random bytes (all 16 codes, −0 included). */
-  | { kind: "mxfp4-packed" }
-  /** E8M0 scales: uniform in 120..130, a byte ≥ 253 of the random stream becomes 255 (NaN). */
-  | { kind: "e8m0" };
+  /** MXFP4 packed nibbles: uniform random bytes (all 16 codes, −0 included); `plant` overwrites
+   *  the first byte of row 0 (the MXFP4_SENTINEL). */
+  | { kind: "mxfp4-packed"; plant?: number }
+  /** E8M0 scales: uniform in 120..130, a byte ≥ 253 of the random stream becomes 255 (NaN);
+   *  `plant` overwrites the first byte of row 0. */
+  | { kind: "e8m0"; plant?: number };
 
 export interface TensorPlan {
   name: string;
@@ -67,7 +69,8 @@ export function layerTrunk(p: GenPreset, l: number): TensorPlan[] {
   const pre = `${LM}layers.${l}.`;
   const isMla = mlaSet(p).has(l + 1);
   const out: Array<Omit<TensorPlan, "role" | "layer">> = [];
-  const add = (name: string, t: Pick<TensorPlan, "dtype" | "shape" | "init">) => out.push({ name: pre + name, ...t });
+  const add = (name: string, t: Pick<TensorPlan, "dtype" | "shape" | "init">) =>
+    out.push({ name: pre + name, dtype: t.dtype, shape: t.shape, init: t.init });
 
   add("input_layernorm.weight", normW(E));
   add("self_attention_res_norm.weight", normW(E));
@@ -146,14 +149,26 @@ function situFfn(p: GenPreset, pre: string, I: number): Array<Pick<TensorPlan, "
   ];
 }
 
+/**
+ * A known element for decoders to assert nibble order and scale against (MODEL.md §3, §7.6):
+ * in layer 1, expert 0, w1: weight_packed[0][0] = 0xA3 and weight_scale[0][0] = 128 (2^1), so
+ * W[0][0] = E2M1[low nibble 3] · 2 = +1.5 · 2 = 3 and W[0][1] = E2M1[high nibble 0xA] · 2 = −1 · 2 = −2.
+ * A reader with the nibbles swapped gets −2 and 3.
+ */
+export const MXFP4_SENTINEL = { layer: 1, expert: 0, proj: "w1", packedByte: 0xa3, scaleByte: 128, w00: 3, w01: -2 } as const;
+
 /** The six tensors of routed expert `e` in layer `l` (MODEL.md §3 MXFP4 shapes), in write order. */
 export function expertTensors(p: GenPreset, l: number, e: number): TensorPlan[] {
   const pre = `${LM}layers.${l}.block_sparse_moe.experts.${e}.`;
   const F = p.moeInter, Z = p.latent;
-  const pair = (w: string, rows: number, inDim: number): TensorPlan[] => [
-    { name: `${pre}${w}.weight_packed`, dtype: "U8", shape: [rows, inDim / 2], init: { kind: "mxfp4-packed" }, role: "expert", layer: l, expert: e },
-    { name: `${pre}${w}.weight_scale`, dtype: "U8", shape: [rows, inDim / 32], init: { kind: "e8m0" }, role: "expert", layer: l, expert: e },
-  ];
+  const S = MXFP4_SENTINEL;
+  const pair = (w: string, rows: number, inDim: number): TensorPlan[] => {
+    const sentinel = l === S.layer && e === S.expert && w === S.proj;
+    return [
+      { name: `${pre}${w}.weight_packed`, dtype: "U8", shape: [rows, inDim / 2], init: { kind: "mxfp4-packed", plant: sentinel ? S.packedByte : undefined }, role: "expert", layer: l, expert: e },
+      { name: `${pre}${w}.weight_scale`, dtype: "U8", shape: [rows, inDim / 32], init: { kind: "e8m0", plant: sentinel ? S.scaleByte : undefined }, role: "expert", layer: l, expert: e },
+    ];
+  };
   return [...pair("w1", F, Z), ...pair("w2", Z, F), ...pair("w3", F, Z)];
 }
 
