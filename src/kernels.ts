@@ -14,7 +14,7 @@ import { homedir } from "node:os";
 import { join } from "node:path";
 import embeddedLib from "../zig-out/lib/libkernels.so" with { type: "file" };
 
-const { ptr, i32, i64, f32, void: v } = FFIType;
+const { ptr, i32, i64, i64_fast, u32, f32, cstring, void: v } = FFIType;
 
 /** The symbol table: argument and return types of every exported function (see kernels/k3.h). */
 export const symbols = {
@@ -69,6 +69,22 @@ export const symbols = {
 
   // router: (logits, bias, N, K, T, scaling, idx, w)
   k3_router_topk: { args: [ptr, ptr, i32, i32, i32, f32, ptr, ptr], returns: v },
+
+  // I/O (kernels/k3_io.h): files, direct-I/O probe, the I/O thread pool, CRC-32
+  k3_file_open: { args: [cstring, i32], returns: i32 }, // (path, direct) → fd or −errno
+  k3_file_close: { args: [i32], returns: i32 },
+  k3_file_size: { args: [i32], returns: i64_fast },
+  k3_direct_probe: { args: [cstring], returns: i32 },
+  k3_read_full: { args: [i32, ptr, i64, i64, i64], returns: i64_fast }, // (fd, buf, len, off, need)
+  k3_io_init: { args: [i32, i32], returns: i32 }, // (threads, max in flight)
+  k3_io_free: { args: [], returns: v },
+  k3_io_submit: { args: [i32, ptr, i64, i64, i64], returns: i64_fast }, // → ticket > 0
+  k3_io_done: { args: [i64], returns: i32 },
+  k3_io_wait: { args: [i64], returns: i64_fast }, // → bytes, or K3_ERR_SHORT / −errno
+  k3_io_wait_any: { args: [ptr, i32], returns: i32 }, // (BigInt64Array tickets, n) → index
+  k3_io_wait_ns: { args: [], returns: i64_fast },
+  k3_io_fail_nth: { args: [i64], returns: v },
+  k3_crc32: { args: [u32, ptr, i64], returns: u32 },
 } as const;
 
 /** ISA ids of k3_isa_set / k3_isa_get (kernels/k3.h). */

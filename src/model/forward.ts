@@ -16,6 +16,9 @@ import type { LayerRef, WeightProvider } from "./weights.ts";
 
 const F = 4; // bytes per f32
 
+/** Experts per layer the lookahead asks for (STREAMING.md §2: top-6 right 81% of the time). */
+export const LOOKAHEAD_EXPERTS = 6;
+
 export interface ForwardOptions {
   /** Tokens per prefill chunk: the trunk is read once per chunk, each distinct expert once. */
   chunk: number;
@@ -35,6 +38,8 @@ export class Model {
   readonly maxBank: number;
   /** Optional observer of routing decisions (the --trace recorder). */
   onRouting?: RoutingRecord;
+  /** Router lookahead during decode (T = 1): exact by construction, it only moves reads earlier. */
+  lookahead = false;
 
   constructor(
     private k: Kernels,
@@ -166,6 +171,7 @@ export class Model {
       } finally {
         this.w.releaseLayer(L);
       }
+      if (this.lookahead && T === 1) this.lookaheadRouter(L + 1);
     }
     this.nBankFinal = nBank;
     state.pos += T;
@@ -173,6 +179,24 @@ export class Model {
   }
 
   private nBankFinal = 0;
+
+  /**
+   * Run layer L's router on the previous layer's output P (instead of its own mixed, normed
+   * input) and start reading its likely experts. Only when L's trunk is already in memory; the
+   * real router still decides which experts run, so this never changes a bit of the output.
+   */
+  private lookaheadRouter(L: number): void {
+    const c = this.cfg;
+    if (L >= c.numLayers || L < c.firstKDense || !this.w.peekLayer || !this.w.hintExperts) return;
+    const lw = this.w.peekLayer(L);
+    if (!lw) return;
+    const b = this.b;
+    const p = "block_sparse_moe";
+    this.norm(lw.t("post_attention_layernorm.weight").ptr, b.P!.ptr, b.xn!.ptr, 1, c.rmsEps);
+    this.mm(lw.t(`${p}.gate.weight`).ptr, b.xn!.ptr, b.router_logits!.ptr, c.numExperts, c.hidden, 1);
+    this.k.k3_router_topk(b.router_logits!.ptr as any, lw.t(`${p}.gate.e_score_correction_bias`).ptr as any, c.numExperts, c.topK, 1, c.routedScaling, b.router_idx!.ptr as any, b.router_w!.ptr as any);
+    this.w.hintExperts(L, Array.from(this.idxView.subarray(0, Math.min(LOOKAHEAD_EXPERTS, c.topK))));
+  }
 
   /** Final model-level mix, norm and lm_head, for the last token of the last chunk only. */
   private finalLogits(T: number): void {
@@ -191,6 +215,7 @@ export class Model {
     k.k3_attnres_mix(bank1.ptr as any, nb, (b.P!.ptr + t * E * F) as any, head.outResProj.ptr as any, head.outResNorm.ptr as any, b.final_h!.ptr as any, E, 1, c.rmsEps);
     this.norm(head.norm.ptr, b.final_h!.ptr, b.final_x!.ptr, 1, c.rmsEps);
     k.k3_matmul_bf16(head.lmHead.ptr as any, b.final_x!.ptr as any, b.logits!.ptr as any, c.vocab, E, 1);
+    this.w.releaseHead?.();
   }
 
   private norm(w: number, x: number, y: number, T: number, eps: number): void {

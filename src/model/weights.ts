@@ -60,6 +60,10 @@ export interface WeightProvider {
   releaseExperts(L: number): void;
   /** Optional: hint that layer L's router predicts these experts (lookahead; exact by design). */
   hintExperts?(L: number, experts: number[]): void;
+  /** Optional: layer L's trunk if it is in memory now, without waiting (for lookahead). */
+  peekLayer?(L: number): LayerRef | null;
+  /** Optional: the head's tensors are no longer needed this token. */
+  releaseHead?(): void;
   stats(): WeightStats;
   close(): void;
 }
