@@ -133,16 +133,20 @@ export class Tokenizer {
 
   /** Text of `ids`; invalid UTF-8 (e.g. a cut multi-byte character) becomes U+FFFD. Specials decode to their names. */
   decode(ids: readonly number[]): string {
-    const parts = ids.map((id) => this.tokenBytes(id));
-    let total = 0;
-    for (const p of parts) total += p.length;
-    const buf = new Uint8Array(total);
+    let buf = new Uint8Array(Math.max(64, ids.length * 4)); // grows by doubling
     let at = 0;
-    for (const p of parts) {
-      buf.set(p, at);
-      at += p.length;
+    for (const id of ids) {
+      const b = this.tokenBytes(id);
+      if (at + b.length > buf.length) {
+        const bigger = new Uint8Array(Math.max(buf.length * 2, at + b.length));
+        bigger.set(buf.subarray(0, at));
+        buf = bigger;
+      }
+      if (b.length === 1) buf[at] = b[0]!;
+      else buf.set(b, at);
+      at += b.length;
     }
-    return new TextDecoder().decode(buf);
+    return new TextDecoder().decode(buf.subarray(0, at));
   }
 
   /** A streaming decoder: text comes out only when its UTF-8 is complete. */
