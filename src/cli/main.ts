@@ -17,6 +17,7 @@ const main = defineCommand({
     detokenize: lazy(() => import("./commands/detokenize.ts")),
     run: lazy(() => import("./commands/run.ts")),
     "simulate-cache": lazy(() => import("./commands/simulate-cache.ts")),
+    plan: lazy(() => import("./commands/plan.ts")),
   },
 });
 

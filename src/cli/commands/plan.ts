@@ -1,0 +1,95 @@
+// k3 plan <dir> | --config F --index F  [--preset X] [--ram SIZE] [--context N] [--threads N] [--json]
+// Prints the memory plan (docs/PLAN.md) from the config and tensor sizes alone: no weights read.
+import { defineCommand } from "citty";
+import { availableParallelism } from "node:os";
+import { catalogueFromMetadata, openCheckpoint } from "../../checkpoint/catalogue.ts";
+import { computeCensus } from "../../checkpoint/census.ts";
+import { K3Error } from "../../errors.ts";
+import { DEFAULT_CONTEXT, planMemory, type MemoryPlan } from "../../memory/plan.ts";
+import { gib, PRESETS, resolveBudget } from "../../memory/ram.ts";
+
+function positiveInt(text: string, what: string): number {
+  const n = Number(text);
+  if (!Number.isInteger(n) || n < 1) throw new K3Error("USAGE", `${what} must be a positive integer, got "${text}"`);
+  return n;
+}
+
+/** "0-3,5,7-9" from a sorted list. */
+function ranges(xs: number[]): string {
+  const out: string[] = [];
+  for (let i = 0; i < xs.length; ) {
+    let j = i;
+    while (j + 1 < xs.length && xs[j + 1] === xs[j]! + 1) j++;
+    out.push(i === j ? `${xs[i]}` : `${xs[i]}-${xs[j]}`);
+    i = j + 1;
+  }
+  return out.join(",") || "none";
+}
+
+function render(plan: MemoryPlan, budgetSource: string, model: string): string {
+  const lines = [
+    `model ${model}`,
+    `budget ${gib(plan.budgetBytes)} (${budgetSource}); context ${plan.contextTokens} tokens; ${plan.threads} threads`,
+    "",
+  ];
+  const w = Math.max(...plan.items.map((i) => i.name.length));
+  for (const i of plan.items)
+    lines.push(`  ${i.name.padEnd(w)}  ${gib(i.bytes).padStart(12)}  ${i.count === undefined ? "" : `×${i.count}  `}${i.note}`);
+  lines.push(`  ${"total".padEnd(w)}  ${gib(plan.totalBytes).padStart(12)}  free ${gib(plan.freeBytes)}`, "");
+  lines.push(`pinned layers:   ${ranges(plan.pinnedLayers)}`);
+  lines.push(`streamed layers: ${ranges(plan.streamedLayers)}`);
+  lines.push(`lm_head ${plan.head}; embedding rows ${plan.embed} from disk`);
+  lines.push(
+    `ring: ${plan.ringSlots} slot(s) of ${gib(plan.ringSlotBytes)}${plan.ringSlots === 1 ? " — reader must not run ahead" : ""}`,
+  );
+  lines.push(`expert slots: ${plan.expertSlots} of ${plan.expertCount} (working set ${plan.expertWorkingSet}/token)`);
+  lines.push(
+    `disk per decoded token: trunk ${gib(plan.streamedBytesPerToken)} + experts ≤ ${gib(plan.expertBytesPerTokenAllMiss)} (at 0% hits)`,
+  );
+  return `${lines.join("\n")}\n`;
+}
+
+export default defineCommand({
+  meta: { name: "plan", description: "Print the memory plan for a RAM budget (no weights are read)" },
+  args: {
+    dir: { type: "positional", required: false, description: "checkpoint directory (headers are validated, weights not read)" },
+    config: { type: "string", description: "config.json (release metadata, with --index instead of a directory)" },
+    index: { type: "string", description: "model.safetensors.index.json[.gz]" },
+    preset: { type: "string", default: "auto", description: `RAM budget: ${Object.keys(PRESETS).join(", ")}, auto (usable RAM)` },
+    ram: { type: "string", description: "RAM budget SIZE (K/M/G/T binary, G = 2^30; KB/MB/GB/TB decimal); overrides --preset" },
+    context: { type: "string", default: String(DEFAULT_CONTEXT), description: "context length the MLA cache is sized for" },
+    threads: { type: "string", description: "compute threads (default: all CPUs)" },
+    json: { type: "boolean", default: false, description: "print the plan as JSON" },
+  },
+  run({ args }) {
+    let cfg, census, model: string;
+    if (args.dir) {
+      if (args.config || args.index) throw new K3Error("USAGE", "give a checkpoint directory or --config/--index, not both");
+      const ck = openCheckpoint(args.dir);
+      cfg = ck.config;
+      census = computeCensus(cfg);
+      model = ck.dir;
+    } else {
+      if (!args.config || !args.index) throw new K3Error("USAGE", "give a checkpoint directory, or both --config and --index");
+      const cat = catalogueFromMetadata(args.config, args.index);
+      cfg = cat.config;
+      census = cat.census;
+      model = `${args.config} + ${args.index}`;
+    }
+    const budget = resolveBudget(args.preset, args.ram);
+    const threads = args.threads ? positiveInt(args.threads, "--threads") : availableParallelism();
+    const plan = planMemory({
+      cfg,
+      trunkBytesPerLayer: census.trunkBytesPerLayer,
+      expertBytes: census.expertBytes,
+      embedBytes: census.embedBytes,
+      headBytes: census.headBytes,
+      finalBytes: census.finalBytes,
+      budgetBytes: budget.bytes,
+      contextTokens: positiveInt(args.context, "--context"),
+      threads,
+    });
+    if (args.json) process.stdout.write(`${JSON.stringify({ model, budgetSource: budget.source, ...plan }, null, 2)}\n`);
+    else process.stdout.write(render(plan, budget.source, model));
+  },
+});

@@ -1,0 +1,230 @@
+// The memory planner on the real release metadata and on hand-made byte figures, usable RAM on
+// fake /proc + cgroup trees, and `k3 plan` as a user runs it.
+import { beforeAll, describe, expect, test } from "bun:test";
+import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { catalogueFromMetadata, type MetadataCatalogue } from "../src/checkpoint/catalogue.ts";
+import type { ModelConfig } from "../src/checkpoint/types.ts";
+import { K3Error } from "../src/errors.ts";
+import { ioBufferBytes, maxContextAt, planMemory, type PlanInput } from "../src/memory/plan.ts";
+import { parseSize, PRESETS, resolveBudget, usableRam, type RamPaths } from "../src/memory/ram.ts";
+
+const REF = "/work/shared/reference/k3";
+const CONFIG = `${REF}/config.json`;
+const INDEX = `${REF}/model.safetensors.index.json.gz`;
+const GiB = 2 ** 30;
+
+let release: MetadataCatalogue;
+beforeAll(() => {
+  release = catalogueFromMetadata(CONFIG, INDEX);
+});
+const releaseInput = (budgetBytes: number, contextTokens = 4096): PlanInput => ({
+  cfg: release.config,
+  ...release.census,
+  budgetBytes,
+  contextTokens,
+  threads: 16,
+});
+
+describe("plan of the released model", () => {
+  test("laptop (8 GiB) fits: trunk streamed through 2 ring slots, lm_head resident, ≥ top-k expert slots", () => {
+    const p = planMemory(releaseInput(PRESETS.laptop!));
+    expect(p.totalBytes).toBeLessThanOrEqual(8 * GiB);
+    expect(p.items.reduce((a, i) => a + i.bytes, 0)).toBe(p.totalBytes);
+    expect(p.pinnedLayers).toEqual([]);
+    expect(p.streamedLayers.length).toBe(93);
+    expect(p.ringSlots).toBe(2);
+    expect(p.ringSlotBytes).toBe(ioBufferBytes(Math.max(...release.census.trunkBytesPerLayer)));
+    expect(p.head).toBe("resident");
+    expect(p.expertSlots).toBeGreaterThanOrEqual(16);
+    expect(p.freeBytes).toBeLessThan(p.expertSlotBytes); // the rest went to experts
+    expect(p.streamedBytesPerToken).toBe(release.census.trunkBytes);
+  });
+  test("server (224 GiB) pins the whole trunk and lm_head; no ring; experts get the rest", () => {
+    const p = planMemory(releaseInput(PRESETS.server!));
+    expect(p.pinnedLayers).toEqual(Array.from({ length: 93 }, (_, i) => i));
+    expect(p.head).toBe("resident");
+    expect(p.ringSlots).toBe(0);
+    expect(p.streamedBytesPerToken).toBe(0);
+    expect(p.expertSlots).toBeGreaterThan(4 * p.expertWorkingSet);
+    expect(p.totalBytes).toBeLessThanOrEqual(224 * GiB);
+  });
+  test("more budget never pins less, never streams more; every plan stays within its budget", () => {
+    let lastStreamed = Infinity;
+    for (let g = 4; g <= 240; g += 4) {
+      const p = planMemory(releaseInput(g * GiB));
+      expect(p.totalBytes).toBeLessThanOrEqual(g * GiB);
+      expect(p.expertSlots).toBeGreaterThanOrEqual(16);
+      expect(p.streamedBytesPerToken).toBeLessThanOrEqual(lastStreamed);
+      lastStreamed = p.streamedBytesPerToken;
+    }
+  });
+  test("a budget below the floor is refused with need, usable and the context that would fit", () => {
+    try {
+      planMemory(releaseInput(4 * GiB, 200_000));
+      throw new Error("accepted");
+    } catch (e) {
+      expect(e).toBeInstanceOf(K3Error);
+      const err = e as K3Error;
+      expect(err.code).toBe("BUDGET");
+      expect(err.message).toMatch(/need \d+ bytes/);
+      expect(err.message).toContain(`usable ${4 * GiB} bytes`);
+      const max = maxContextAt(releaseInput(4 * GiB));
+      expect(err.message).toContain(`--context ${max}`);
+      expect(max).toBeGreaterThan(4096);
+      expect(() => planMemory(releaseInput(4 * GiB, max))).not.toThrow();
+      expect(() => planMemory(releaseInput(4 * GiB, max + 1))).toThrow(/below the floor/);
+    }
+  });
+  test("between the 1-slot floor and 2 slots: one ring slot, the reader must not run ahead", () => {
+    const p = planMemory(releaseInput(4 * GiB));
+    expect(p.ringSlots).toBe(1);
+    expect(p.readerMayRunAhead).toBe(false);
+    expect(p.head).toBe("streamed"); // lm_head is the largest unit: it sets the slot size
+    expect(p.ringSlotBytes).toBe(ioBufferBytes(release.census.headBytes));
+  });
+});
+
+describe("pinning choice on hand-made byte figures", () => {
+  // Three layers + lm_head; everything but the trunk is made tiny so the numbers are readable.
+  const tiny = (budgetMB: number): PlanInput => {
+    const cfg: ModelConfig = {
+      ...release.config,
+      numLayers: 3,
+      layerKinds: ["kda", "kda", "mla"],
+      firstKDense: 1,
+      numExperts: 4,
+      topK: 2,
+      kdaHeads: 1,
+      kdaHeadDim: 4,
+      mlaHeads: 1,
+      hidden: 8,
+      vocab: 16,
+      denseInter: 8,
+      moeInter: 8,
+      latent: 8,
+    } as unknown as ModelConfig;
+    const MB = 2 ** 20;
+    return {
+      cfg, trunkBytesPerLayer: [100 * MB, 300 * MB, 200 * MB], expertBytes: 10 * MB,
+      embedBytes: MB, headBytes: 150 * MB, finalBytes: 1024,
+      budgetBytes: budgetMB * MB, contextTokens: 16, threads: 1, prefillChunk: 1,
+    };
+  };
+  test("largest first; a unit that does not fit is skipped and smaller ones still pinned", () => {
+    // fixed ≈ 384 MiB runtime + small; experts floor 2 × 10 MiB. Budget 384 + 20 + ~1140 MiB.
+    const p = planMemory(tiny(384 + 21 + 200 + 150 + 2 * 200 + 16));
+    // Pin 300 (ring then 2 × 200 = 400: 700 ≤ 766), pin 200? 300+200+2×150 = 800 > 766 → skip;
+    // pin 150 (head): 300+150+2×200 = 850 > 766 → skip; pin 100: 300+100+400 = 800 > 766 → skip.
+    expect(p.pinnedLayers).toEqual([1]);
+    expect(p.head).toBe("streamed");
+    expect(p.ringSlots).toBe(2);
+    expect(p.ringSlotBytes).toBe(ioBufferBytes(200 * 2 ** 20));
+  });
+  test("everything fits: every layer and lm_head pinned, no ring", () => {
+    const p = planMemory(tiny(2000));
+    expect(p.pinnedLayers).toEqual([0, 1, 2]);
+    expect(p.head).toBe("resident");
+    expect(p.ringSlots).toBe(0);
+    expect(p.expertSlots).toBe(8); // capped at every expert of the 2 MoE layers
+  });
+});
+
+describe("usable RAM", () => {
+  function fakeRoot(meminfoKB: number | null, cgroupLines: string, files: Record<string, string>): RamPaths {
+    const root = mkdtempSync(join(tmpdir(), "k3-ram-"));
+    const proc = join(root, "proc");
+    mkdirSync(join(proc, "self"), { recursive: true });
+    writeFileSync(join(proc, "meminfo"), `MemTotal: 99999999 kB\n${meminfoKB === null ? "" : `MemAvailable: ${meminfoKB} kB\n`}`);
+    writeFileSync(join(proc, "self", "cgroup"), cgroupLines);
+    const cg = join(root, "cgroup");
+    for (const [rel, text] of Object.entries(files)) {
+      mkdirSync(join(cg, rel, ".."), { recursive: true });
+      writeFileSync(join(cg, rel), text);
+    }
+    return { meminfo: join(proc, "meminfo"), selfCgroup: join(proc, "self", "cgroup"), cgroupRoot: cg };
+  }
+  test("v2: the smallest of MemAvailable and every memory.max / memory.high up the tree", () => {
+    const paths = fakeRoot(16 * 2 ** 20, "0::/a/b\n", {
+      "a/b/memory.max": "max\n",
+      "a/b/memory.high": `${12 * GiB}\n`,
+      "a/memory.max": `${10 * GiB}\n`,
+      "memory.max": "max\n",
+    });
+    const u = usableRam(paths);
+    expect(u.bytes).toBe(10 * GiB);
+    expect(u.binding.source).toBe(join(paths.cgroupRoot, "a", "memory.max"));
+    expect(u.limits.length).toBe(3); // MemAvailable, a/b high, a max
+  });
+  test("no limits: MemAvailable decides", () => {
+    const paths = fakeRoot(4 * 2 ** 20, "0::/\n", { "memory.max": "max\n" });
+    expect(usableRam(paths).bytes).toBe(4 * GiB);
+  });
+  test("v1 memory controller: limit_in_bytes; the v1 'unlimited' value is ignored", () => {
+    const paths = fakeRoot(32 * 2 ** 20, "4:memory:/job/x\n1:cpu:/\n", {
+      "memory/job/x/memory.limit_in_bytes": "9223372036854771712\n",
+      "memory/job/memory.limit_in_bytes": `${6 * GiB}\n`,
+    });
+    expect(usableRam(paths).bytes).toBe(6 * GiB);
+  });
+  test("no MemAvailable: an IO error that says to use --ram", () => {
+    expect(() => usableRam(fakeRoot(null, "", {}))).toThrow(/--ram/);
+  });
+  test("preset auto reads usable RAM; --ram overrides any preset; unknown preset refused", () => {
+    const paths = fakeRoot(3 * 2 ** 20, "0::/\n", {});
+    expect(resolveBudget("auto", undefined, paths).bytes).toBe(3 * GiB);
+    expect(resolveBudget("server", "12G", paths)).toEqual({ bytes: 12 * GiB, source: "--ram 12G" });
+    expect(resolveBudget("desktop", undefined, paths).bytes).toBe(32 * GiB);
+    expect(() => resolveBudget("phone", undefined, paths)).toThrow(/unknown preset/);
+  });
+  test("sizes: K/M/G/T binary, KB/MB/GB/TB decimal, bare bytes", () => {
+    expect(parseSize("8G")).toBe(8 * GiB);
+    expect(parseSize("8gib")).toBe(8 * GiB);
+    expect(parseSize("8GB")).toBe(8e9);
+    expect(parseSize("1.5K")).toBe(1536);
+    expect(parseSize("4096")).toBe(4096);
+    expect(parseSize("2T")).toBe(2 * 2 ** 40);
+    expect(() => parseSize("8Q")).toThrow(/invalid size/);
+    expect(() => parseSize("-1G")).toThrow(/invalid size/);
+  });
+});
+
+describe("k3 plan", () => {
+  const k3 = (args: string[]) => {
+    const p = Bun.spawnSync([process.execPath, "src/cli/main.ts", "plan", ...args], { env: { ...process.env, NO_COLOR: "1" } });
+    return { code: p.exitCode, out: p.stdout.toString(), err: p.stderr.toString() };
+  };
+  test("--config/--index --preset laptop --json: a plan that fits 8 GiB", () => {
+    const r = k3(["--config", CONFIG, "--index", INDEX, "--preset", "laptop", "--threads", "4", "--json"]);
+    expect(r.code).toBe(0);
+    const plan = JSON.parse(r.out);
+    expect(plan.budgetBytes).toBe(8 * GiB);
+    expect(plan.totalBytes).toBeLessThanOrEqual(8 * GiB);
+    expect(plan.threads).toBe(4);
+  });
+  test("a budget below the floor exits 3 with both numbers on stderr, nothing on stdout", () => {
+    const r = k3(["--config", CONFIG, "--index", INDEX, "--ram", "2G"]);
+    expect(r.code).toBe(3);
+    expect(r.out).toBe("");
+    expect(r.err).toContain("below the floor");
+    expect(r.err).toContain(`usable ${2 * GiB} bytes`);
+  });
+  test("a checkpoint directory (generated tiny model): plan from its headers", async () => {
+    const { generateModel } = await import("../tools/gen/generate.ts");
+    const dir = mkdtempSync(join(tmpdir(), "k3-plan-"));
+    await generateModel(dir, { preset: "tiny-a" });
+    const r = k3([dir, "--ram", "1G", "--context", "64", "--threads", "2", "--json"]);
+    expect(r.err).toBe("");
+    expect(r.code).toBe(0);
+    const plan = JSON.parse(r.out);
+    expect(plan.pinnedLayers.length).toBe(8); // a tiny model fits whole
+    expect(plan.ringSlots).toBe(0);
+    expect(plan.contextTokens).toBe(64);
+  });
+  test("neither a directory nor --config/--index is a usage error", () => {
+    const r = k3(["--preset", "laptop"]);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain("--config");
+  });
+});
