@@ -94,6 +94,7 @@ export class Model {
     f("yall", T * c.topK * c.latent);
     f("y", T * c.latent);
     // final
+    f("final_bank", this.maxBank * E);
     f("final_h", E);
     f("final_x", E);
     f("logits", c.vocab);
@@ -208,8 +209,7 @@ export class Model {
     const t = T - 1;
     // The bank for one token: gather token t's snapshots into [n][1][E].
     const nb = this.nBankFinal;
-    const bank1 = b.yall!; // reuse: needs nb·E floats ≤ T·K·latent (checked below)
-    if (nb * E * F > bank1.bytes) throw new K3Error("INTERNAL", "scratch too small for the final mix");
+    const bank1 = b.final_bank!;
     for (let i = 0; i < nb; i++)
       k.k3_mem_copy((bank1.ptr + i * E * F) as any, (b.bank!.ptr + (i * T + t) * E * F) as any, E * F);
     k.k3_attnres_mix(bank1.ptr as any, nb, (b.P!.ptr + t * E * F) as any, head.outResProj.ptr as any, head.outResNorm.ptr as any, b.final_h!.ptr as any, E, 1, c.rmsEps);

@@ -1,0 +1,142 @@
+// The whole model against the independent float64 reference (tools/reference/), on tiny models
+// that make every MODEL.md §7 trap visible, plus the determinism contract of docs/NUMERICS.md.
+import { beforeAll, describe, expect, test } from "bun:test";
+import { Engine } from "../src/engine.ts";
+import { loadKernels } from "../src/kernels.ts";
+import { ALL_TRAPS, ReferenceModel } from "../tools/reference/model.ts";
+import { TINY_PRESETS, tinyModel } from "./helpers/models.ts";
+
+const PROMPT = [5, 17, 300, 42, 7, 99, 3, 250];
+const GEN = 16;
+
+/**
+ * Tolerance for last-position logits (derivation in docs/NUMERICS.md, "Whole model"): the weights
+ * are identical in both (bf16/MXFP4 decode exactly to f64), so the gap is f32 rounding alone.
+ * Each dot product of n terms carries at most n·u relative error (u = 2^-24, no FMA, fixed
+ * order); a layer chains ≤ 12 such ops, so after L layers the relative error is bounded by
+ * 12·L·n_max·u, scaled by the largest logit.
+ */
+function tolerance(cfg: { numLayers: number; hidden: number; kdaHeads: number; kdaHeadDim: number; denseInter: number; numSharedExperts: number; moeInter: number; numExperts: number }, maxLogit: number): number {
+  const nMax = Math.max(cfg.hidden, cfg.kdaHeads * cfg.kdaHeadDim, cfg.denseInter, cfg.numSharedExperts * cfg.moeInter, cfg.numExperts);
+  return 12 * cfg.numLayers * nMax * 2 ** -24 * Math.max(1, maxLogit);
+}
+
+function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  expect(a.length).toBe(b.length);
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i]! - b[i]!));
+  return m;
+}
+
+function maxAbs(a: ArrayLike<number>): number {
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i]!));
+  return m;
+}
+
+function greedy(engine: Engine, prompt: number[], n: number): number[] {
+  const s = engine.createSession();
+  const out: number[] = [];
+  const it = engine.generate(s, prompt, { maxTokens: n });
+  for (let r = it.next(); !r.done; r = it.next()) out.push(r.value.id);
+  return out;
+}
+
+/** Bits of a float array, for exact comparisons that also see −0 and NaN payloads. */
+function bits(a: Float32Array): string {
+  return Buffer.from(a.buffer, a.byteOffset, a.byteLength).toString("hex");
+}
+
+const dirs: Record<string, string> = {};
+beforeAll(async () => {
+  for (const p of TINY_PRESETS) dirs[p] = await tinyModel(p);
+});
+
+describe.each(TINY_PRESETS.map((p) => [p]))("%s vs float64 reference", (preset) => {
+  test("last-position logits within the derived tolerance; 16 greedy ids identical", () => {
+    const ref = ReferenceModel.open(dirs[preset]!);
+    const engine = Engine.open(dirs[preset]!, { threads: 1 });
+    try {
+      const want = ref.forward(PROMPT);
+      const got = Float32Array.from(engine.prefill(engine.createSession(), PROMPT));
+      const tol = tolerance(engine.config, maxAbs(want));
+      const diff = maxAbsDiff(got, want);
+      expect(diff).toBeLessThanOrEqual(tol);
+      // Logits are not flat (else greedy agreement would prove little).
+      expect(maxAbs(want)).toBeGreaterThan(2);
+      expect(greedy(engine, PROMPT, GEN)).toEqual(ref.greedy(PROMPT, GEN));
+    } finally {
+      engine.close();
+    }
+  });
+
+  test("incremental decode equals full recompute, bit for bit, over 16 steps", () => {
+    const engine = Engine.open(dirs[preset]!, { threads: 1 });
+    try {
+      const s = engine.createSession();
+      const seq = [...PROMPT];
+      let logits = Float32Array.from(engine.prefill(s, seq));
+      for (let step = 0; step < 16; step++) {
+        const full = Float32Array.from(engine.prefill(engine.createSession(), seq));
+        expect(bits(logits)).toBe(bits(full));
+        const next = loadKernels().k3_argmax(logits, logits.length);
+        seq.push(next);
+        logits = Float32Array.from(engine.prefill(s, [next]));
+      }
+    } finally {
+      engine.close();
+    }
+  });
+});
+
+describe("every MODEL.md §7 trap is visible", () => {
+  test("each trap moves the reference's logits far beyond the engine's tolerance on some preset", () => {
+    const visible = new Map<string, number>();
+    for (const preset of TINY_PRESETS) {
+      const base = ReferenceModel.open(dirs[preset]!).forward(PROMPT);
+      const engine = Engine.open(dirs[preset]!, { threads: 1 });
+      const tol = tolerance(engine.config, maxAbs(base));
+      engine.close();
+      for (const trap of ALL_TRAPS) {
+        let ratio: number;
+        try {
+          ratio = maxAbsDiff(ReferenceModel.open(dirs[preset]!, { trap }).forward(PROMPT), base) / tol;
+        } catch {
+          ratio = Infinity; // the trapped model cannot even load (e.g. zero-based layer lists name missing tensors)
+        }
+        visible.set(trap, Math.max(visible.get(trap) ?? 0, ratio));
+      }
+    }
+    const weak = [...visible].filter(([, r]) => !(r > 10)).map(([t, r]) => `${t} (${r.toFixed(1)}× tol)`);
+    expect(weak).toEqual([]);
+    expect(visible.size).toBe(ALL_TRAPS.length);
+  });
+});
+
+describe("determinism", () => {
+  test("logits and ids are bit-identical across thread counts, ISA paths and prefill chunk sizes", () => {
+    const k = loadKernels();
+    const dir = dirs["tiny-a"]!;
+    const isas = (["scalar", "avx2", "avx512"] as const).filter((_, i) => k.k3_isa_supported(i) === 1);
+    expect(isas).toContain("scalar");
+    let baseline: { logits: string; ids: number[] } | undefined;
+    const runs: string[] = [];
+    for (const threads of [1, 2, 3])
+      for (const isa of isas)
+        for (const chunk of [1, 3, 32]) {
+          const engine = Engine.open(dir, { threads, isa, chunk });
+          try {
+            const logits = bits(Float32Array.from(engine.prefill(engine.createSession(), PROMPT)));
+            const ids = greedy(engine, PROMPT, 8);
+            if (!baseline) baseline = { logits, ids };
+            expect(logits).toBe(baseline.logits);
+            expect(ids).toEqual(baseline.ids);
+            runs.push(`${threads}/${isa}/${chunk}`);
+          } finally {
+            engine.close();
+          }
+        }
+    expect(runs.length).toBe(3 * isas.length * 3);
+    k.k3_isa_set(-1);
+  });
+});
