@@ -75,6 +75,22 @@ describe("simulator", () => {
     expect(lfru.hits).toBeLessThanOrEqual(simulateCache(tr, 10, "belady").hits);
   });
 
+  test("S3-FIFO and LFRU keep a twice-used hot set through a one-hit scan (the optimum); LRU does not", () => {
+    // Each round: hot keys 0..3 each requested twice in a row, then 12 never-repeated keys; 10 slots.
+    // LRU only gets the immediate repeats (400); the optimum keeps the 4 hot keys: 800 − 4 cold.
+    const tokens: number[][][] = [];
+    let fresh = 100;
+    for (let r = 0; r < 100; r++) {
+      for (let h = 0; h < 4; h++) tokens.push([[h]], [[h]]);
+      for (let u = 0; u < 12; u++) tokens.push([[fresh++]]);
+    }
+    const tr = traceOf(tokens);
+    expect(hits(tr, 10, "lru")).toBe(400);
+    expect(hits(tr, 10, "belady")).toBe(796);
+    expect(hits(tr, 10, "s3fifo")).toBe(796);
+    expect(hits(tr, 10, "lfru")).toBe(796);
+  });
+
   test("every policy hits the same with a cache holding every key; counts add up", () => {
     const tr = traceOf(Array.from({ length: 40 }, (_, t) => [[(t * 3) % 7, (t * 3 + 1) % 7], [t % 4, (t + 2) % 4]]));
     for (const p of ALL_POLICIES) {
