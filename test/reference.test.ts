@@ -2,10 +2,12 @@
 // (when tools/gen/ exists) the whole model on generated tiny checkpoints, including every trap.
 import { describe, expect, test } from "bun:test";
 import * as ops from "../tools/reference/ops.ts";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { closeSync, copyFileSync, existsSync, mkdtempSync, openSync, readFileSync, readdirSync, writeFileSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { SafetensorsDir } from "../tools/reference/safetensors.ts";
+import { ALL_TRAPS, LOUD_TRAPS, ReferenceModel } from "../tools/reference/model.ts";
+import { MARGIN_PROMPT, maxAbsDiff, trapMargins } from "../tools/reference/margins.ts";
 
 const f64 = (xs: number[]) => Float64Array.from(xs);
 const close = (a: ArrayLike<number>, b: number[], digits = 12) => {
@@ -215,4 +217,106 @@ describe("safetensors reader", () => {
       writeShard(join(dir, "a.safetensors"), header, data);
       expect(() => SafetensorsDir.open(dir)).toThrow();
     });
+});
+
+// ───────────────────────────── the whole model on generated checkpoints ─────────────────────────────
+
+const HAVE_GEN = existsSync(join(import.meta.dir, "../tools/gen/generate.ts"));
+const PRESETS = ["tiny-a", "tiny-b", "tiny-c"] as const;
+const PROMPT = MARGIN_PROMPT; // 16 ids < every tiny vocab
+
+async function generated(preset: string): Promise<string> {
+  const { generateModel } = await import("../tools/gen/generate.ts");
+  const dir = mkdtempSync(join(tmpdir(), `k3-ref-${preset}-`));
+  await generateModel(dir, { preset });
+  return dir;
+}
+
+describe.skipIf(!HAVE_GEN)("ReferenceModel on generated tiny checkpoints", () => {
+  const dirs = new Map<string, string>();
+  const truth = new Map<string, Float64Array>();
+  const get = async (preset: string) => {
+    if (!dirs.has(preset)) {
+      dirs.set(preset, await generated(preset));
+      truth.set(preset, ReferenceModel.open(dirs.get(preset)!).forward(PROMPT));
+    }
+    return { dir: dirs.get(preset)!, logits: truth.get(preset)! };
+  };
+
+  for (const preset of PRESETS) {
+    test(`${preset}: finite logits with a spread; greedy is argmax and deterministic`, async () => {
+      const { dir, logits } = await get(preset);
+      expect(logits.every(Number.isFinite)).toBe(true);
+      const mean = logits.reduce((a, b) => a + b, 0) / logits.length;
+      const std = Math.sqrt(logits.reduce((a, b) => a + (b - mean) ** 2, 0) / logits.length);
+      expect(std).toBeGreaterThan(0.5);
+      const m = ReferenceModel.open(dir);
+      const ids = m.greedy(PROMPT.slice(0, 4), 16);
+      expect(ids.length).toBe(16);
+      expect(ids.every((id) => Number.isInteger(id) && id >= 0 && id < logits.length)).toBe(true);
+      // first id = argmax of forward(prompt); the sequence is not one repeated token
+      const l4 = m.forward(PROMPT.slice(0, 4));
+      expect(l4[ids[0]]).toBe(Math.max(...l4));
+      expect(new Set(ids).size).toBeGreaterThan(1);
+      expect(ReferenceModel.open(dir).greedy(PROMPT.slice(0, 4), 16)).toEqual(ids);
+      // full recompute: the forward of a prefix does not depend on what came before in this object
+      expect(maxAbsDiff(m.forward(PROMPT), logits)).toBe(0);
+    });
+  }
+
+  // An engine with a trap must fail its comparison: the trap's margin must dwarf any f32-vs-f64
+  // tolerance on at least one preset (> 2 logits), and be clearly nonzero on every preset (> 0.1).
+  test("every trap moves the last-position logits (margins per preset)", async () => {
+    const margins = new Map<string, Map<string, number>>();
+    for (const preset of PRESETS) {
+      const { dir, logits } = await get(preset);
+      margins.set(preset, trapMargins(dir, PROMPT, logits));
+    }
+    const weak: string[] = [];
+    for (const trap of ALL_TRAPS) {
+      const per = PRESETS.map((p) => margins.get(p)!.get(trap)!);
+      if (Math.max(...per) <= 2 || Math.min(...per) <= 0.1) weak.push(`${trap}: ${per.map((m) => m.toFixed(4)).join(", ")}`);
+    }
+    expect(weak).toEqual([]);
+  });
+
+  test("loud traps refuse to open (their wrong model needs tensors a valid checkpoint lacks)", async () => {
+    for (const preset of PRESETS) {
+      const { dir } = await get(preset);
+      for (const trap of LOUD_TRAPS) expect(() => ReferenceModel.open(dir, { trap })).toThrow(/missing/);
+    }
+  });
+
+  test("A_log: only the first H entries are read", async () => {
+    const { dir, logits } = await get("tiny-a"); // random tail
+    const copy = mkdtempSync(join(tmpdir(), "k3-ref-alog-"));
+    for (const f of readdirSync(dir)) if (f.endsWith(".json") || f.endsWith(".safetensors")) copyFileSync(join(dir, f), join(copy, f));
+    const cfg = JSON.parse(readFileSync(join(copy, "config.json"), "utf8")).text_config.linear_attn_config;
+    const layer = cfg.kda_layers[0] - 1;
+    const name = `language_model.model.layers.${layer}.self_attn.A_log`;
+    const e = SafetensorsDir.open(copy).entry(name);
+    const poke = (index: number, value: number) => {
+      const fd = openSync(e.file, "r+");
+      writeSync(fd, new Uint8Array(new Float32Array([value]).buffer), 0, 4, e.offset + 4 * index);
+      closeSync(fd);
+    };
+    poke(cfg.num_heads, 7.5); // first tail entry: must not matter
+    expect(maxAbsDiff(ReferenceModel.open(copy).forward(PROMPT), logits)).toBe(0);
+    poke(0, 3.0); // head 0's entry: must matter
+    expect(maxAbsDiff(ReferenceModel.open(copy).forward(PROMPT), logits)).toBeGreaterThan(1e-3);
+  });
+
+  test("config: every missing field is named at once; one-based lists are checked", async () => {
+    const { dir } = await get("tiny-c");
+    const copy = mkdtempSync(join(tmpdir(), "k3-ref-cfg-"));
+    const cfg = JSON.parse(readFileSync(join(dir, "config.json"), "utf8"));
+    delete cfg.text_config.rms_norm_eps;
+    delete cfg.text_config.linear_attn_config.gate_lower_bound;
+    writeFileSync(join(copy, "config.json"), JSON.stringify(cfg));
+    expect(() => ReferenceModel.open(copy)).toThrow(/rms_norm_eps is missing[\s\S]*gate_lower_bound is missing/);
+    const cfg2 = JSON.parse(readFileSync(join(dir, "config.json"), "utf8"));
+    cfg2.text_config.linear_attn_config.kda_layers.push(cfg2.text_config.linear_attn_config.full_attn_layers[0]);
+    writeFileSync(join(copy, "config.json"), JSON.stringify(cfg2));
+    expect(() => ReferenceModel.open(copy)).toThrow(/exactly 1/);
+  });
 });

@@ -21,10 +21,10 @@ import {
   situGlu,
 } from "./ops.ts";
 import { SafetensorsDir } from "./safetensors.ts";
-import { ALL_TRAPS, type TrapName } from "./traps.ts";
+import { TRAP_DESCRIPTIONS, type TrapName } from "./traps.ts";
 import { LM_HEAD, PREFIX, WeightCache } from "./weights.ts";
 
-export { ALL_TRAPS, type TrapName } from "./traps.ts";
+export { ALL_TRAPS, LOUD_TRAPS, type TrapName } from "./traps.ts";
 
 type Vec = Float64Array;
 
@@ -42,15 +42,27 @@ export class ReferenceModel {
   ) {}
 
   static open(dir: string, opts: { trap?: TrapName } = {}): ReferenceModel {
-    if (opts.trap !== undefined && !ALL_TRAPS.includes(opts.trap)) throw new Error(`unknown trap ${opts.trap}`);
+    if (opts.trap !== undefined && !(opts.trap in TRAP_DESCRIPTIONS)) throw new Error(`unknown trap ${opts.trap}`);
     const cfg = readConfig(dir);
+    const st = SafetensorsDir.open(dir);
     const mx =
       opts.trap === "mxfp4-nibble-swap"
         ? { nibbleSwap: true }
         : opts.trap === "mxfp4-nan-not-zeroed"
           ? { nanNotZeroed: true }
           : undefined;
-    return new ReferenceModel(cfg, new WeightCache(SafetensorsDir.open(dir), mx), opts.trap);
+    const model = new ReferenceModel(cfg, new WeightCache(st, mx), opts.trap);
+    model.checkLayerKinds(new Set(st.names()));
+    return model;
+  }
+
+  /** Each layer's attention tensors must match its kind by the layer lists (fails for layers-zero-based). */
+  private checkLayerKinds(names: Set<string>): void {
+    for (let l = 0; l < this.cfg.layers; l++) {
+      const probe = `${PREFIX}layers.${l}.self_attn.${this.isMLA(l) ? "q_a_proj" : "q_proj"}.weight`;
+      if (!names.has(probe))
+        throw new Error(`layer ${l} is ${this.isMLA(l) ? "MLA" : "KDA"} by the layer lists${this.trap ? ` (trap ${this.trap})` : ""}, but ${probe} is missing`);
+    }
   }
 
   private is(t: TrapName): boolean {

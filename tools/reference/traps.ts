@@ -27,4 +27,13 @@ export const TRAP_DESCRIPTIONS = {
 
 export type TrapName = keyof typeof TRAP_DESCRIPTIONS;
 
-export const ALL_TRAPS: TrapName[] = Object.keys(TRAP_DESCRIPTIONS) as TrapName[];
+/**
+ * Traps whose wrong model cannot even be built from a valid checkpoint: ReferenceModel.open throws
+ * (naming the first layer whose tensors do not fit), exactly as an engine with the trap would fail
+ * at load. Reading the one-based lists as zero-based always moves some layer to the other kind
+ * (a proper subset of 0..L-1 is never equal to itself shifted by one), whose tensors are absent.
+ */
+export const LOUD_TRAPS: TrapName[] = ["layers-zero-based"];
+
+/** Every trap whose wrong model runs and gives different logits (all but LOUD_TRAPS). */
+export const ALL_TRAPS: TrapName[] = (Object.keys(TRAP_DESCRIPTIONS) as TrapName[]).filter((t) => !LOUD_TRAPS.includes(t));
