@@ -213,7 +213,7 @@ describe("layout", () => {
 });
 
 describe("writers and rounding", () => {
-  test("stream writer with chunks spanning tensors = whole writer; refuses short or long data", () => {
+  test("stream writer (sync and pipelined) with chunks spanning tensors = whole writer; refuses short or long data", async () => {
     const tensors = [
       { name: "a", dtype: "BF16" as const, shape: [3], data: new Uint8Array([1, 2, 3, 4, 5, 6]) },
       { name: "b", dtype: "U8" as const, shape: [2, 2], data: new Uint8Array([7, 8, 9, 10]) },
@@ -228,6 +228,12 @@ describe("writers and rounding", () => {
     expect(Buffer.compare(readFileSync(p1), readFileSync(p2))).toBe(0);
     const { entries } = parseShard(p1);
     expect(entries.map((e) => e.name)).toEqual(["a", "b"]);
+    const p3 = join(root, "w-pipe.safetensors");
+    const pipe = new SafetensorsStreamWriter(p3, tensors, { format: "pt" });
+    for (const c of [[1, 2, 3], [4, 5, 6, 7, 8, 9], [10]]) await pipe.appendPipelined(new Uint8Array(c));
+    await pipe.flush();
+    pipe.close();
+    expect(Buffer.compare(readFileSync(p1), readFileSync(p3))).toBe(0);
     const short = new SafetensorsStreamWriter(join(root, "w3.safetensors"), tensors);
     short.append(new Uint8Array(9));
     expect(() => short.close()).toThrow(/9 of 10/);

@@ -69,15 +69,18 @@ export async function generateModel(dir: string, opts: GenerateOptions): Promise
       for (const t of shard.tensors) {
         const parts: Uint8Array[] = [];
         for (const chunk of tensorChunks(t, seed, tables)) {
-          w.append(chunk);
-          if (p.keepData) parts.push(chunk);
+          // Small presets write synchronously; big ones overlap generation with the disk write.
+          if (p.keepData) (w.append(chunk), parts.push(chunk));
+          else await w.appendPipelined(chunk);
         }
         tensors.set(t.name, { file: shard.file, dtype: t.dtype, shape: t.shape, data: p.keepData ? concat(parts) : undefined });
         weightMap[t.name] = shard.file;
         totalBytes += tensorBytes(t);
       }
+      await w.flush();
       w.close();
     } catch (e) {
+      await w.flush().catch(() => {});
       w.abort();
       rmSync(path, { force: true }); // never leave a truncated shard that looks like a checkpoint
       throw e;

@@ -7,7 +7,7 @@
 // Two writers: `writeSafetensors` for tensors already in memory, and `SafetensorsStreamWriter`
 // for multi-GB shards (`slice` preset): the header is computed from shapes alone, then data is
 // appended chunk by chunk, so memory stays bounded by one chunk.
-import { closeSync, openSync, writeSync } from "node:fs";
+import { closeSync, openSync, write, writeSync } from "node:fs";
 
 export type GenDType = "BF16" | "F32" | "U8";
 
@@ -83,7 +83,8 @@ export function writeSafetensors(path: string, tensors: GenTensor[], metadata?: 
  */
 export class SafetensorsStreamWriter {
   private fd: number | null;
-  private written = 0; // data-section bytes written so far
+  private written = 0; // data-section bytes written (or queued, for appendPipelined) so far
+  private pending: Promise<void> = Promise.resolve();
   readonly dataBytes: number;
   readonly headerBytes: number;
   readonly offsets: Array<[number, number]>;
@@ -115,6 +116,28 @@ export class SafetensorsStreamWriter {
     this.written += chunk.length;
   }
 
+  /**
+   * Pipelined append for big files: starts writing `chunk` (positional, on the I/O thread pool)
+   * once the previous pipelined write has finished, and returns then, so the caller generates the
+   * next chunk while this one is written. At most two chunks are alive at a time. Call `flush()`
+   * before `close()`. Do not mix with `append` on the same writer.
+   */
+  async appendPipelined(chunk: Uint8Array): Promise<void> {
+    if (this.written + chunk.length > this.dataBytes)
+      throw new Error(`${this.path}: appending ${chunk.length} bytes overflows the data section (${this.written}/${this.dataBytes})`);
+    const position = this.headerBytes + this.written;
+    this.written += chunk.length;
+    await this.pending;
+    const fd = this.fd;
+    if (fd === null) throw new Error(`${this.path}: writer is closed`);
+    this.pending = writeAllAt(fd, chunk, position);
+  }
+
+  /** Waits for the last pipelined write. */
+  async flush(): Promise<void> {
+    await this.pending;
+  }
+
   close(): void {
     if (this.fd === null) return;
     if (this.written !== this.dataBytes) {
@@ -136,4 +159,15 @@ export class SafetensorsStreamWriter {
     let off = 0;
     while (off < bytes.length) off += writeSync(this.fd, bytes, off, bytes.length - off);
   }
+}
+
+/** Writes all of `bytes` at `position`, retrying short writes. */
+function writeAllAt(fd: number, bytes: Uint8Array, position: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const step = (off: number) => {
+      if (off >= bytes.length) return resolve();
+      write(fd, bytes, off, bytes.length - off, position + off, (err, n) => (err ? reject(err) : step(off + n)));
+    };
+    step(0);
+  });
 }
