@@ -5,8 +5,8 @@
 
 K3_API void* k3_mem_alloc(int64_t bytes, int64_t align) {
   if (bytes < 0 || align < 0) return NULL;
+  if (align & (align - 1)) return NULL; /* power of two only (0 = default) */
   if (align < (int64_t)sizeof(void*)) align = sizeof(void*);
-  if (align & (align - 1)) return NULL; /* power of two only */
   if (bytes == 0) bytes = 1;
   void* p = NULL;
   if (posix_memalign(&p, (size_t)align, (size_t)bytes) != 0) return NULL;

@@ -29,6 +29,7 @@ static struct {
   int32_t sleepers;
   int32_t poster_waiting;
   atomic_uint generation;
+  unsigned start_generation; /* generation when the current workers were created */
   atomic_int pending;
   atomic_int quit;
   k3_job_fn fn;
@@ -41,7 +42,8 @@ static pthread_mutex_t run_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void* worker(void* arg) {
   int32_t id = (int32_t)(intptr_t)arg;
-  unsigned seen = atomic_load_explicit(&P.generation, memory_order_acquire);
+  /* Not a fresh load: a job posted before this thread first ran must still be seen as new. */
+  unsigned seen = P.start_generation;
   for (;;) {
     unsigned g;
     int spins = 0;
@@ -103,6 +105,7 @@ K3_API int32_t k3_pool_init(int32_t nthreads) {
     stop_workers();
     int32_t started = 1;
     P.n = nthreads; /* workers read P.n only inside a job, after the next post */
+    P.start_generation = atomic_load_explicit(&P.generation, memory_order_acquire);
     for (int32_t i = 1; i < nthreads; i++) {
       if (pthread_create(&P.threads[i], NULL, worker, (void*)(intptr_t)i) != 0) break;
       started++;

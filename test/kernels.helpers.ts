@@ -62,7 +62,8 @@ export const f64 = (a: ArrayLike<number>) => Float64Array.from(a);
 export function withIsaThreads<T>(isa: number, threads: number, fn: () => T): T {
   const prevIsa = k.k3_isa_get();
   const prevThreads = k.k3_pool_size();
-  if (k.k3_isa_set(isa) !== isa) throw new Error(`ISA ${isa} not supported`);
+  const got = k.k3_isa_set(isa);
+  if (got < 0 || (isa !== -1 && got !== isa)) throw new Error(`ISA ${isa} not supported`);
   k.k3_pool_init(threads);
   try {
     return fn();
