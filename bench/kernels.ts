@@ -1,0 +1,94 @@
+// Kernel bandwidth bench: GB/s of weight bytes per matmul kernel, per ISA path and thread count,
+// next to this machine's memory read bandwidth measured in the same run (k3_mem_read_sum over a
+// 1 GiB buffer). Run: `bun bench/kernels.ts [--runs 3]`. Output: a markdown table on stdout.
+//
+// Weights are cycled through a set of distinct matrices totalling ≥ 256 MiB, so every call
+// reads from DRAM (as decode does: each expert is touched once per token), not from cache.
+import { loadKernels, ISA } from "../src/kernels.ts";
+
+const k = loadKernels();
+const runsArg = process.argv.indexOf("--runs");
+const RUNS = runsArg > 0 ? Number(process.argv[runsArg + 1]) : 3;
+const SET_BYTES = 256 * 2 ** 20;
+const threadCounts = [...new Set([1, 2, navigator.hardwareConcurrency])].filter((n) => n <= navigator.hardwareConcurrency);
+const isas = [
+  { name: "scalar", id: ISA.scalar },
+  { name: "avx2", id: ISA.avx2 },
+  { name: "avx512", id: ISA.avx512 },
+].filter((i) => k.k3_isa_supported(i.id) === 1);
+
+type Arm = { kernel: string; shape: string; bytesPerCall: number; call: (i: number) => void; count: number };
+
+function fillBytes(n: number, seed: number) {
+  const a = new Uint8Array(n);
+  let x = seed >>> 0;
+  for (let i = 0; i < n; i += 4) { x = (Math.imul(x, 1664525) + 1013904223) >>> 0; a[i] = x; a[i + 1] = x >>> 8; a[i + 2] = x >>> 16; a[i + 3] = x >>> 24; }
+  return a;
+}
+
+function bf16Arm(rows: number, cols: number): Arm {
+  const bytes = rows * cols * 2;
+  const count = Math.max(2, Math.ceil(SET_BYTES / bytes));
+  // values: random bf16 with exponents kept sane (top byte 0x3c..0x3f or 0xbc..0xbf)
+  const Ws = Array.from({ length: count }, (_, i) => {
+    const w = new Uint16Array(fillBytes(bytes, i + 1).buffer);
+    for (let j = 0; j < w.length; j++) w[j] = (w[j] & 0x80ff) | 0x3c00;
+    return w;
+  });
+  const X = new Float32Array(cols).fill(0.01), Y = new Float32Array(rows);
+  return { kernel: "bf16", shape: `${rows}×${cols}`, bytesPerCall: bytes, count, call: (i) => k.k3_matmul_bf16(Ws[i % count], X, Y, rows, cols, 1) };
+}
+
+function mxfp4Arm(rows: number, cols: number): Arm {
+  const bytes = rows * cols / 2 + rows * cols / 32;
+  const count = Math.max(2, Math.ceil(SET_BYTES / bytes));
+  const Ps = Array.from({ length: count }, (_, i) => fillBytes(rows * cols / 2, i + 7));
+  const Ss = Array.from({ length: count }, () => new Uint8Array(rows * cols / 32).fill(120));
+  const X = new Float32Array(cols).fill(0.01), Y = new Float32Array(rows);
+  return { kernel: "mxfp4", shape: `${rows}×${cols}`, bytesPerCall: bytes, count, call: (i) => k.k3_matmul_mxfp4(Ps[i % count], Ss[i % count], X, Y, rows, cols, 1) };
+}
+
+/** GB/s of one timed pass over the whole set (each matrix once, after one warm-up pass). */
+function measure(arm: Arm): number {
+  const t0 = Bun.nanoseconds();
+  for (let i = 0; i < arm.count; i++) arm.call(i);
+  const s = (Bun.nanoseconds() - t0) / 1e9;
+  return (arm.bytesPerCall * arm.count) / s / 1e9;
+}
+
+function memReadBW(): number[] {
+  const bytes = 2 ** 30;
+  const p = k.k3_mem_alloc(bytes, 4096);
+  if (!p) throw new Error("k3_mem_alloc(1 GiB) failed");
+  k.k3_mem_read_sum(p, bytes); // first touch: fault the pages in (alloc zeroes, so already touched)
+  const out: number[] = [];
+  for (let r = 0; r < RUNS; r++) {
+    const t0 = Bun.nanoseconds();
+    k.k3_mem_read_sum(p, bytes);
+    out.push(bytes / ((Bun.nanoseconds() - t0) / 1e9) / 1e9);
+  }
+  k.k3_mem_free(p);
+  return out;
+}
+
+const fmt = (xs: number[]) => xs.map((x) => x.toFixed(1)).join(" / ");
+const cpu = (await Bun.file("/proc/cpuinfo").text()).match(/model name\s*:\s*(.*)/)?.[1] ?? "?";
+console.log(`CPU: ${cpu}, ${navigator.hardwareConcurrency} threads visible; ${RUNS} runs per arm; GB/s = 1e9 bytes/s of weight bytes (MXFP4: nibbles + scales)\n`);
+console.log("| kernel | shape | ISA | threads | GB/s (each run) | best | mem read GB/s (same ISA/threads) | best/mem |");
+console.log("|---|---|---|---|---|---|---|---|");
+const arms = [bf16Arm(7168, 7168), mxfp4Arm(3072, 3584), mxfp4Arm(3584, 3072)];
+for (const isa of isas)
+  for (const n of threadCounts) {
+    k.k3_isa_set(isa.id);
+    k.k3_pool_init(n);
+    const mem = memReadBW();
+    const memBest = Math.max(...mem);
+    for (const arm of arms) {
+      for (let i = 0; i < arm.count; i++) arm.call(i); // warm-up pass
+      const rs = Array.from({ length: RUNS }, () => measure(arm));
+      const best = Math.max(...rs);
+      console.log(`| ${arm.kernel} | ${arm.shape} | ${isa.name} | ${n} | ${fmt(rs)} | ${best.toFixed(1)} | ${fmt(mem)} | ${(best / memBest).toFixed(2)} |`);
+    }
+  }
+k.k3_isa_set(ISA.auto);
+k.k3_pool_init(1);
