@@ -123,30 +123,35 @@ __attribute__((target("avx2"))) static float dot_f32_avx2(const float* w, const 
   return s;
 }
 
-/* 8 nibble indices (one per 32-bit lane) → E2M1 floats: magnitude by permute, sign by xor. */
-__attribute__((target("avx2"))) static inline __m256 e2m1x8_avx2(__m256i idx, __m256 mag) {
-  __m256 m = _mm256_permutevar8x32_ps(mag, idx);
-  __m256i sign = _mm256_and_si256(_mm256_slli_epi32(idx, 28), _mm256_set1_epi32((int)0x80000000u));
+/* 8 consecutive columns from 4 packed bytes: lane m holds nibble m of the little-endian word
+ * (column 2j = low nibble of byte j, so nibble m is column m). Magnitude: permute of the
+ * 8-entry table by bits 0–2 (permutevar8x32 ignores higher bits); sign: bit 3 of nibble m
+ * shifted to bit 31 (shift left by 28 − 4m), masked and xor'd in (8 → −0, like E2M1[]). */
+__attribute__((target("avx2"))) static inline __m256 e2m1x8_avx2(const uint8_t* p4, __m256 mag,
+                                                                __m256i shr, __m256i shl) {
+  int32_t word;
+  memcpy(&word, p4, 4);
+  __m256i w = _mm256_set1_epi32(word);
+  __m256 m = _mm256_permutevar8x32_ps(mag, _mm256_srlv_epi32(w, shr));
+  __m256i sign = _mm256_and_si256(_mm256_sllv_epi32(w, shl), _mm256_set1_epi32((int)0x80000000u));
   return _mm256_xor_ps(m, _mm256_castsi256_ps(sign));
 }
 
 __attribute__((target("avx2"))) static float row_mxfp4_avx2(const uint8_t* pk, const uint8_t* sc,
                                                             const float* x, int32_t cols) {
   const __m256 mag = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
-  const __m128i lo4 = _mm_set1_epi8(15);
+  const __m256i shr = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+  const __m256i shl = _mm256_setr_epi32(28, 24, 20, 16, 12, 8, 4, 0);
   __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
   for (int32_t g = 0; g < cols / 32; g++) {
     if (sc[g] == 255) continue;
     __m256 s = _mm256_set1_ps(e8m0(sc[g]));
-    __m128i by = _mm_loadu_si128((const __m128i*)(pk + g * 16));
-    __m128i lo = _mm_and_si128(by, lo4), hi = _mm_and_si128(_mm_srli_epi16(by, 4), lo4);
-    __m128i n0 = _mm_unpacklo_epi8(lo, hi); /* columns c0 .. c0+15 */
-    __m128i n1 = _mm_unpackhi_epi8(lo, hi); /* columns c0+16 .. c0+31 */
+    const uint8_t* by = pk + g * 16;
     const float* xg = x + g * 32;
-    __m256 wa0 = e2m1x8_avx2(_mm256_cvtepu8_epi32(n0), mag);
-    __m256 wa1 = e2m1x8_avx2(_mm256_cvtepu8_epi32(_mm_srli_si128(n0, 8)), mag);
-    __m256 wb0 = e2m1x8_avx2(_mm256_cvtepu8_epi32(n1), mag);
-    __m256 wb1 = e2m1x8_avx2(_mm256_cvtepu8_epi32(_mm_srli_si128(n1, 8)), mag);
+    __m256 wa0 = e2m1x8_avx2(by, mag, shr, shl);       /* columns c0 .. c0+7 */
+    __m256 wa1 = e2m1x8_avx2(by + 4, mag, shr, shl);   /* c0+8 .. c0+15 */
+    __m256 wb0 = e2m1x8_avx2(by + 8, mag, shr, shl);   /* c0+16 .. c0+23 */
+    __m256 wb1 = e2m1x8_avx2(by + 12, mag, shr, shl);  /* c0+24 .. c0+31 */
     __m256 p0 = _mm256_add_ps(_mm256_mul_ps(wa0, _mm256_loadu_ps(xg)),
                               _mm256_mul_ps(wb0, _mm256_loadu_ps(xg + 16)));
     __m256 p1 = _mm256_add_ps(_mm256_mul_ps(wa1, _mm256_loadu_ps(xg + 8)),
