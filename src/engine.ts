@@ -9,10 +9,17 @@ import { loadKernels, type Kernels } from "./kernels.ts";
 import { Model } from "./model/forward.ts";
 import { ResidentWeights } from "./model/resident.ts";
 import { SessionState } from "./model/state.ts";
+import { Tokenizer } from "./text/tokenizer.ts";
 import type { WeightProvider, WeightStats } from "./model/weights.ts";
 
 export type { ModelConfig } from "./checkpoint/types.ts";
 export type { WeightStats } from "./model/weights.ts";
+// The text layer is part of the public API: the CLI and the server use it through here.
+export { Tokenizer } from "./text/tokenizer.ts";
+export { renderChat, segmentsToIds, SERVED_DEFAULT_THINKING_EFFORT, VALID_THINKING_EFFORTS, type ChatInput, type ChatMessage, type Segment } from "./text/chat.ts";
+export { AssistantStreamParser, parseAssistantOutput, type AssistantOutput, type ParsedToolCall } from "./text/chat-parse.ts";
+export { createSampler, type SamplerOptions } from "./text/sampling.ts";
+export { StopMatcher } from "./text/stop.ts";
 
 export interface EngineOptions {
   /** Compute threads (process-wide pool); default: all cores. */
@@ -98,6 +105,16 @@ export class Engine {
   /** The tokenizer folder, if the model directory has one. */
   get tokenizerDir(): string | undefined {
     return existsSync(join(this.dir, "tiktoken.model")) ? this.dir : undefined;
+  }
+
+  private tok?: Tokenizer;
+  /** The model's tokenizer (loaded once); K3Error TOKENIZER if the folder has none. */
+  tokenizer(): Tokenizer {
+    if (!this.tok) {
+      if (!this.tokenizerDir) throw new K3Error("TOKENIZER", `${this.dir} has no tokenizer (tiktoken.model + tokenizer_config.json)`);
+      this.tok = Tokenizer.load(this.tokenizerDir);
+    }
+    return this.tok;
   }
 
   static open(dir: string, opts: EngineOptions = {}): Engine {

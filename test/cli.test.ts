@@ -3,7 +3,7 @@ import { describe, expect, test } from "bun:test";
 import pkg from "../package.json";
 import { VERSION } from "../src/version.ts";
 
-const CLI = ["bun", "src/cli/main.ts"];
+const CLI = [process.execPath, "src/cli/main.ts"];
 
 function k3(args: string[], stdin?: string) {
   const p = Bun.spawnSync([...CLI, ...args], { stdin: stdin === undefined ? "ignore" : Buffer.from(stdin), env: { ...process.env, NO_COLOR: "1" } });
