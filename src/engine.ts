@@ -8,6 +8,10 @@ import { K3Error } from "./errors.ts";
 import { loadKernels, type Kernels } from "./kernels.ts";
 import { Model } from "./model/forward.ts";
 import { ResidentWeights } from "./model/resident.ts";
+import { DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, planMemory, type MemoryPlan } from "./memory/plan.ts";
+import type { PolicyName } from "./memory/policy/index.ts";
+import { gib, resolveBudget, usableRam } from "./memory/ram.ts";
+import { StreamingWeights } from "./memory/stream.ts";
 import { SessionState } from "./model/state.ts";
 import { Tokenizer } from "./text/tokenizer.ts";
 import type { WeightProvider, WeightStats } from "./model/weights.ts";
@@ -22,6 +26,24 @@ export { createSampler, type SamplerOptions } from "./text/sampling.ts";
 export { StopMatcher } from "./text/stop.ts";
 
 export interface EngineOptions {
+  /** RAM budget preset: laptop | desktop | workstation | server | auto (default auto). */
+  preset?: string;
+  /** RAM budget as a size ("6G", "512M"); wins over preset. */
+  ram?: string;
+  /** Read the next trunk unit while the current one computes (default: when the plan allows). */
+  prefetch?: boolean;
+  /** Router lookahead during decode (default on). */
+  lookahead?: boolean;
+  /** Ask for O_DIRECT (default on; the probe decides and stats report it). */
+  direct?: boolean;
+  /** Expert cache policy (default lfru). */
+  policy?: PolicyName;
+  /** I/O threads (default 4). */
+  ioThreads?: number;
+  /** Every weight resident, no planner (the baseline the streaming path must match). */
+  resident?: boolean;
+  /** Expected CRC-32 per expert ("layer:expert" → crc), from `k3 verify --record`. */
+  expertChecksums?: Map<string, number>;
   /** Compute threads (process-wide pool); default: all cores. */
   threads?: number;
   /** Context limit in tokens (sizes the MLA cache). */
@@ -96,6 +118,8 @@ export class Engine {
     private model: Model,
     readonly context: number,
     readonly threads: number,
+    /** The memory plan the weights follow (undefined with `resident`). */
+    readonly plan: MemoryPlan | undefined,
   ) {}
 
   get config(): ModelConfig {
@@ -127,17 +151,57 @@ export class Engine {
     if (got !== threads) throw new K3Error("INTERNAL", `thread pool started ${got} threads, asked for ${threads}`);
     const checkpoint = openCheckpoint(dir);
     const cfg = checkpoint.config;
-    const context = opts.context ?? 4096;
-    const chunk = opts.chunk ?? 32;
-    const weights = new ResidentWeights(k, cfg, checkpoint.tensors);
+    const context = opts.context ?? DEFAULT_CONTEXT;
+    const chunk = opts.chunk ?? DEFAULT_PREFILL_CHUNK;
+    let weights: WeightProvider;
+    let plan: MemoryPlan | undefined;
+    if (opts.resident) {
+      weights = new ResidentWeights(k, cfg, checkpoint.tensors);
+    } else {
+      const budget = resolveBudget(opts.preset, opts.ram);
+      const census = checkpoint.layout.census;
+      plan = planMemory({
+        cfg,
+        trunkBytesPerLayer: census.trunkBytesPerLayer,
+        expertBytes: census.expertBytes,
+        embedBytes: census.embedBytes,
+        headBytes: census.headBytes,
+        finalBytes: census.finalBytes,
+        budgetBytes: budget.bytes,
+        contextTokens: context,
+        threads,
+        prefillChunk: chunk,
+      });
+      // A preset larger than this machine must not push it into swap: what the plan allocates
+      // has to fit in usable RAM (MemAvailable and every cgroup limit).
+      if (!budget.source.startsWith("auto")) {
+        const usable = usableRam();
+        if (plan.totalBytes > usable.bytes)
+          throw new K3Error("BUDGET", `the plan for ${budget.source} needs ${gib(plan.totalBytes)}, more than this machine's usable RAM ${gib(usable.bytes)} (${usable.binding.source})`, [
+            "choose a smaller --preset or --ram (k3 plan shows what each one does)",
+          ]);
+      }
+      weights = new StreamingWeights(k, checkpoint, {
+        pinnedUnits: [...plan.pinnedLayers, ...(plan.head === "resident" ? [cfg.numLayers] : [])],
+        ringSlots: plan.ringSlots,
+        expertSlots: plan.expertSlots,
+        embedResident: false,
+        prefetch: (opts.prefetch ?? true) && plan.readerMayRunAhead,
+        direct: opts.direct ?? true,
+        ioThreads: opts.ioThreads ?? 4,
+        policy: opts.policy ?? "lfru",
+        expertChecksums: opts.expertChecksums,
+      });
+    }
     let model: Model;
     try {
       model = new Model(k, cfg, weights, chunk, context);
+      model.lookahead = opts.lookahead ?? true;
     } catch (err) {
       weights.close();
       throw err;
     }
-    return new Engine(dir, checkpoint, k, weights, model, context, threads);
+    return new Engine(dir, checkpoint, k, weights, model, context, threads, plan);
   }
 
   createSession(): Session {

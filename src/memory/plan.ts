@@ -146,7 +146,7 @@ function fixedItems(input: PlanInput, threads: number, chunk: number): PlanItem[
 const sum = (items: { bytes: number }[]): number => items.reduce((a, i) => a + i.bytes, 0);
 
 /** The smallest total any plan needs at this context: nothing pinned, one ring slot, top-k experts. */
-function floorBytes(input: PlanInput, threads: number, chunk: number): number {
+export function floorBytes(input: PlanInput, threads: number, chunk: number): number {
   const largest = Math.max(input.headBytes, ...input.trunkBytesPerLayer);
   return sum(fixedItems(input, threads, chunk)) + ioBufferBytes(largest) + input.cfg.topK * ioBufferBytes(input.expertBytes);
 }

@@ -182,7 +182,8 @@ export class StreamingWeights implements WeightProvider {
         for (let e = 0; e < this.N; e++) {
           const s = (L - ckpt.layout.experts.firstMoeLayer) * this.N + e;
           // adjacent experts all need the same bound; only non-adjacent ones need a plan here
-          maxSlot = Math.max(maxSlot, adjacentAll[s] ? ckpt.layout.experts.bytes + 2 * ALIGN : this.expertPlan(L, e).slotBytes);
+          // (an adjacent run of b bytes at any offset fits in ceil(b/4096)·4096 + 4096 aligned bytes)
+          maxSlot = Math.max(maxSlot, adjacentAll[s] ? Math.ceil(ckpt.layout.experts.bytes / ALIGN) * ALIGN + ALIGN : this.expertPlan(L, e).slotBytes);
         }
       }
       this.slotBytes = Math.ceil(maxSlot / ALIGN) * ALIGN;
@@ -385,7 +386,16 @@ export class StreamingWeights implements WeightProvider {
     for (let i = 0; i < S; i++) if (this.slotState[i] === EMPTY) return i;
     let n = 0;
     for (let i = 0; i < S; i++) if (this.slotState[i] === READY && !this.slotInUse[i]) this.candidates[n++] = i;
-    if (n === 0) return -1;
+    if (n === 0) {
+      // Only lookahead reads still in flight are left: let one land, then it is a candidate.
+      for (let i = 0; i < S; i++)
+        if (this.slotState[i] === INFLIGHT && !this.slotInUse[i]) {
+          this.land(i);
+          this.candidates[n++] = i;
+          break;
+        }
+      if (n === 0) return -1;
+    }
     const v = this.policy.victim(this.candidates, n, this.t);
     this.keyToSlot.delete(this.slotKey[v]!);
     void forLayer;

@@ -1,0 +1,151 @@
+// Streaming within a RAM budget (issue 4): same ids and bit-identical logits at every budget from
+// the floor to everything resident, with prefetch and lookahead on and off, at 1 and 2 threads;
+// and faults that must stop generation with an error naming the tensor.
+import { beforeAll, describe, expect, test } from "bun:test";
+import { copyFileSync, cpSync, openSync, readdirSync, readFileSync, statSync, truncateSync, writeSync, closeSync } from "node:fs";
+import { join } from "node:path";
+import { openCheckpoint } from "../src/checkpoint/catalogue.ts";
+import { Engine } from "../src/engine.ts";
+import { loadKernels } from "../src/kernels.ts";
+import { floorBytes, type PlanInput } from "../src/memory/plan.ts";
+import { scratchDir, tinyModel } from "./helpers/models.ts";
+
+const PROMPT = [5, 17, 300, 42, 7, 99, 3, 250];
+const GEN = 10;
+
+function run(dir: string, opts: Parameters<typeof Engine.open>[1]) {
+  const engine = Engine.open(dir, opts);
+  try {
+    const s = engine.createSession();
+    const ids: number[] = [];
+    const it = engine.generate(s, PROMPT, { maxTokens: GEN });
+    let r = it.next();
+    for (; !r.done; r = it.next()) ids.push(r.value.id);
+    const logits = Buffer.from(Float32Array.from(engine.prefill(engine.createSession(), PROMPT)).buffer).toString("hex");
+    return { ids, logits, stats: r.value, plan: engine.plan };
+  } finally {
+    engine.close();
+  }
+}
+
+function planInput(dir: string, budgetBytes: number): PlanInput {
+  const ck = openCheckpoint(dir);
+  const c = ck.layout.census;
+  return {
+    cfg: ck.config,
+    trunkBytesPerLayer: c.trunkBytesPerLayer,
+    expertBytes: c.expertBytes,
+    embedBytes: c.embedBytes,
+    headBytes: c.headBytes,
+    finalBytes: c.finalBytes,
+    budgetBytes,
+    contextTokens: 4096,
+    threads: 2,
+    prefillChunk: 32,
+  };
+}
+
+/** Budgets from the floor (everything streamed, 1 ring slot, top-k expert slots) to all resident. */
+function budgets(dir: string): { name: string; bytes: number }[] {
+  const input = planInput(dir, 0);
+  const floor = floorBytes(input, 2, 32);
+  const c = openCheckpoint(dir).layout.census;
+  const everything = c.trunkBytes + c.headBytes + c.expertBytes * c.expertCount + 64 * 4096 * (c.expertCount + c.trunkBytesPerLayer.length + 2);
+  return [
+    { name: "floor", bytes: floor },
+    { name: "half the trunk", bytes: floor + Math.floor(c.trunkBytes / 2) + 2 * c.expertBytes },
+    { name: "everything", bytes: floor + everything },
+  ];
+}
+
+let dir = "";
+let broken = "";
+let baseline: { ids: number[]; logits: string };
+beforeAll(async () => {
+  dir = await tinyModel("tiny-a");
+  broken = await tinyModel("tiny-a", { breakLayout: true });
+  baseline = run(dir, { resident: true, threads: 1 });
+});
+
+describe("bit-identical at every budget", () => {
+  test("floor, half, everything × prefetch on/off × lookahead on/off × 1/2 threads", () => {
+    const seen: string[] = [];
+    for (const b of budgets(dir))
+      for (const prefetch of [true, false])
+        for (const lookahead of [true, false])
+          for (const threads of [1, 2]) {
+            const r = run(dir, { ram: String(b.bytes), prefetch, lookahead, threads });
+            expect(r.ids).toEqual(baseline.ids);
+            expect(r.logits).toBe(baseline.logits);
+            seen.push(`${b.name}: pinned ${r.plan!.pinnedLayers.length}, ring ${r.plan!.ringSlots}, expert slots ${r.plan!.expertSlots}`);
+          }
+    // The budgets really differ in what is streamed.
+    const floor = run(dir, { ram: String(budgets(dir)[0]!.bytes), threads: 2 });
+    expect(floor.plan!.pinnedLayers.length).toBe(0);
+    expect(floor.plan!.ringSlots).toBeGreaterThanOrEqual(1);
+    expect(floor.stats.io.trunkBytesRead).toBeGreaterThan(0); // the trunk streams every token
+    const all = run(dir, { ram: String(budgets(dir)[2]!.bytes), threads: 2 });
+    expect(all.plan!.streamedLayers.length).toBe(0);
+    expect(all.plan!.head).toBe("resident");
+    expect(new Set(seen).size).toBeGreaterThanOrEqual(3);
+  });
+
+  test("a checkpoint whose layout breaks adjacency streams through several reads, same bits", () => {
+    const ck = openCheckpoint(broken);
+    expect(ck.layout.contiguousLayers).toBeLessThan(ck.config.numLayers);
+    for (const b of budgets(broken)) {
+      const r = run(broken, { ram: String(b.bytes), threads: 1 });
+      expect(r.ids).toEqual(baseline.ids);
+      expect(r.logits).toBe(baseline.logits);
+    }
+  });
+
+  test("counters: at the floor every token reads its trunk; a hit is only a request served without a read", () => {
+    const floor = budgets(dir)[0]!.bytes;
+    const r = run(dir, { ram: String(floor), threads: 1, lookahead: false });
+    const io = r.stats.io;
+    expect(io.expertRequests).toBeGreaterThan(0);
+    expect(io.expertHits).toBeLessThanOrEqual(io.expertRequests);
+    // misses = requests − hits, and each miss read exactly one expert's bytes
+    const ck = openCheckpoint(dir);
+    expect(io.expertBytesRead).toBe((io.expertRequests - io.expertHits) * ck.layout.census.expertBytes);
+    expect(io.lookaheadIssued).toBe(0);
+  });
+});
+
+describe("faults stop generation with an error naming what failed", () => {
+  test("a shard truncated after the model was opened: short read names the tensor's file", async () => {
+    const d = scratchDir("trunc");
+    cpSync(dir, d, { recursive: true });
+    const engine = Engine.open(d, { ram: String(budgets(d)[0]!.bytes), threads: 1 });
+    try {
+      const shard = readdirSync(d).filter((f) => f.startsWith("model-0000") && f.endsWith(".safetensors")).sort()[3]!;
+      truncateSync(join(d, shard), Math.floor(statSync(join(d, shard)).size / 2));
+      const s = engine.createSession();
+      const got: number[] = [];
+      expect(() => {
+        for (const t of engine.generate(s, PROMPT, { maxTokens: 4 })) got.push(t.id);
+      }).toThrow(new RegExp(`short read .*${shard.replace(/\./g, "\\.")}`));
+      expect(got).toEqual([]); // no token came out first
+    } finally {
+      engine.close();
+    }
+    // Reopening sees the size mismatch before any read.
+    expect(() => Engine.open(d, { ram: String(budgets(dir)[0]!.bytes), threads: 1 })).toThrow(/truncated|size|ends|header/i);
+  });
+
+  test("an injected read failure (EIO) is an error naming the expert or layer, never data", () => {
+    const engine = Engine.open(dir, { ram: String(budgets(dir)[0]!.bytes), threads: 1 });
+    const k = loadKernels();
+    try {
+      k.k3_io_fail_nth(3);
+      const s = engine.createSession();
+      expect(() => {
+        for (const _ of engine.generate(s, PROMPT, { maxTokens: 4 }));
+      }).toThrow(/read of (expert \d+ of layer \d+|trunk of .*) failed: .* \(errno 5\)/);
+    } finally {
+      k.k3_io_fail_nth(0);
+      engine.close();
+    }
+  });
+});
