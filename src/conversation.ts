@@ -1,0 +1,317 @@
+// Text in, text out: chat turns and plain completions on top of the engine.
+//
+// Used by `k3 chat`, `k3 run` and `k3 serve`; it imports only src/engine.ts (and what it
+// re-exports), like every client of the engine.
+//
+// Invariants:
+//   - Prefix reuse: the session keeps every token it has seen (history + pending). A request whose
+//     rendered ids START WITH those tokens (and add at least one) feeds only the suffix; any other
+//     request resets the session and feeds everything. Output is therefore identical with or
+//     without reuse (the model state after a prefix does not depend on how it was fed: the engine's
+//     incremental == full recompute test).
+//   - Chat ends at <|end_of_msg|> or [EOS], looked up by NAME in the tokenizer (ids differ between
+//     the release and test tokenizers). The end token stays in the session (pending), so the next
+//     turn's rendering, which ends each assistant message with it, can reuse the prefix.
+//   - Stop strings are matched on the decoded text across token boundaries and never emitted
+//     (StopMatcher); text is decoded with a streaming UTF-8 decoder, so a character split over
+//     tokens comes out whole.
+//   - The context check happens before any model work: a prompt that cannot fit is a USAGE error.
+import {
+  AssistantStreamParser,
+  createSampler,
+  renderChat,
+  segmentsToIds,
+  StopMatcher,
+  type ChatMessage,
+  type Engine,
+  type GenerationStats,
+  type ParsedToolCall,
+  type Sampler,
+  type Session,
+  type Tokenizer,
+} from "./engine.ts";
+import { K3Error } from "./errors.ts";
+
+export interface GenOptions {
+  maxTokens: number;
+  /** 0 or absent: greedy (argmax, lowest id on ties). */
+  temperature?: number;
+  topP?: number;
+  topK?: number;
+  minP?: number;
+  seed?: number;
+  /** Stop strings: matched across token boundaries, never emitted. */
+  stop?: string[];
+  /** Polled before each token; true ends generation with finishReason "cancelled". */
+  shouldStop?: () => boolean;
+  onPrefill?: (done: number, total: number) => void;
+}
+
+export interface ChatOptions extends GenOptions {
+  /** Default true (the release's default). */
+  thinking?: boolean;
+  /** "low" | "high" | "max"; ignored when thinking is off. No default here (see docs/CHAT.md). */
+  thinkingEffort?: string;
+  tools?: unknown[];
+  toolChoice?: unknown;
+  responseFormat?: unknown;
+}
+
+export interface ChatDelta {
+  reasoning?: string;
+  content?: string;
+}
+
+export type ChatFinishReason = "stop" | "length" | "cancelled" | "context" | "tool_calls";
+
+export interface Usage {
+  /** Tokens of the whole rendered prompt (reused prefix included). */
+  promptTokens: number;
+  /** Tokens generated (end token not counted). */
+  completionTokens: number;
+  /** Prompt tokens served from the session instead of being fed again. */
+  cachedTokens: number;
+}
+
+export interface ChatResult {
+  reasoning: string;
+  content: string;
+  toolCalls: ParsedToolCall[];
+  finishReason: ChatFinishReason;
+  usage: Usage;
+  stats: GenerationStats;
+}
+
+export interface CompletionResult {
+  text: string;
+  ids: number[];
+  finishReason: "stop" | "length" | "cancelled" | "context";
+  usage: Usage;
+  stats: GenerationStats;
+}
+
+export interface CompletionDelta {
+  /** Text that became safe to show with these ids ("" while a character or a possible stop
+   *  string is still held back). */
+  text: string;
+  ids: number[];
+}
+
+/** The rendered prompt ids of a chat request (generation prompt included). */
+export function chatPromptIds(tok: Tokenizer, messages: ChatMessage[], opts: Omit<ChatOptions, "maxTokens">): number[] {
+  const segments = renderChat({
+    messages,
+    tools: opts.tools ?? null,
+    tool_choice: opts.toolChoice,
+    response_format: opts.responseFormat,
+    thinking: opts.thinking ?? true,
+    thinking_effort: opts.thinkingEffort ?? null,
+    add_generation_prompt: true,
+  });
+  return segmentsToIds(segments, tok);
+}
+
+/**
+ * Render messages with the K3 chat format, feed only what the session has not seen, generate,
+ * stop at <|end_of_msg|> / [EOS] or a stop string, and stream reasoning and answer apart.
+ */
+export function* streamChat(engine: Engine, session: Session, messages: ChatMessage[], opts: ChatOptions): Generator<ChatDelta, ChatResult> {
+  const tok = engine.tokenizer();
+  const thinking = opts.thinking ?? true;
+  const ids = chatPromptIds(tok, messages, opts);
+  checkContext(engine, ids.length);
+  const endOfMsg = specialIdOrUndefined(tok, "<|end_of_msg|>");
+  const stopIds = [endOfMsg, specialIdOrUndefined(tok, "[EOS]")].filter((x): x is number => x !== undefined);
+  const parser = new AssistantStreamParser(thinking);
+  const run = startGeneration(engine, session, ids, opts, stopIds, () => parser.finished);
+
+  for (const piece of run.text()) {
+    const d = parser.push(piece);
+    if (d.reasoningDelta || d.contentDelta) yield delta(d.reasoningDelta, d.contentDelta);
+  }
+  const d = parser.finish();
+  if (d.reasoningDelta || d.contentDelta) yield delta(d.reasoningDelta, d.contentDelta);
+
+  const stats = run.stats!;
+  if (parser.finished && endOfMsg !== undefined && stats.stopReason !== "stop") {
+    // The model closed the message (<|close|>message<|sep|>) and we stopped before it wrote
+    // <|end_of_msg|>: append it, so the session ends exactly like the rendered turn will.
+    session.pending.push(endOfMsg);
+  }
+  const out = parser.result();
+  let finishReason: ChatFinishReason = run.finishReason(parser.finished);
+  if (finishReason === "stop" && out.toolCalls.length > 0) finishReason = "tool_calls";
+  return {
+    reasoning: out.reasoning,
+    content: out.content,
+    toolCalls: out.toolCalls,
+    finishReason,
+    usage: { promptTokens: ids.length, completionTokens: stats.generatedTokens, cachedTokens: run.cachedTokens },
+    stats,
+  };
+}
+
+/** Continue a prompt (text is encoded with specials disabled; ids are used as given). Stops at
+ *  [EOS] (when the tokenizer has one), a stop string, maxTokens, the context, or shouldStop. A
+ *  model without a tokenizer works with id prompts; its deltas then carry ids and no text. */
+export function* streamCompletion(
+  engine: Engine,
+  session: Session,
+  prompt: string | number[],
+  opts: GenOptions,
+): Generator<CompletionDelta, CompletionResult> {
+  const tok = engine.tokenizerDir ? engine.tokenizer() : undefined;
+  let ids: number[];
+  if (typeof prompt === "string") {
+    if (!tok) throw new K3Error("TOKENIZER", `${engine.dir} has no tokenizer (tiktoken.model); give token ids instead`);
+    ids = tok.encode(prompt);
+  } else ids = prompt;
+  if (ids.length === 0) throw new K3Error("USAGE", "the prompt is empty");
+  checkContext(engine, ids.length);
+  const eos = tok ? specialIdOrUndefined(tok, "[EOS]") : undefined;
+  const run = startGeneration(engine, session, ids, opts, eos === undefined ? [] : [eos], () => false);
+
+  let text = "";
+  const generated: number[] = [];
+  let unreported: number[] = [];
+  for (const ev of run.events()) {
+    generated.push(ev.id);
+    unreported.push(ev.id);
+    const piece = ev.text;
+    text += piece;
+    yield { text: piece, ids: unreported };
+    unreported = [];
+  }
+  const tail = run.flushText();
+  text += tail;
+  if (tail) yield { text: tail, ids: [] };
+  const stats = run.stats!;
+  return {
+    text,
+    ids: generated,
+    finishReason: run.finishReason(false),
+    usage: { promptTokens: ids.length, completionTokens: stats.generatedTokens, cachedTokens: run.cachedTokens },
+    stats,
+  };
+}
+
+/** Refuse, before any model work, a prompt that cannot fit the engine's context. */
+export function checkContext(engine: Engine, promptTokens: number): void {
+  if (promptTokens > engine.context - 1) {
+    throw new K3Error("USAGE", `the prompt (${promptTokens} tokens) exceeds the context limit (${engine.context} tokens)`, [
+      "raise --context, or shorten the prompt / conversation",
+    ]);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One generation: prefix reuse, sampler, decode, stop strings.
+
+interface TextEvent {
+  id: number;
+  /** Text released by this token after UTF-8 completion and stop-string hold-back. */
+  text: string;
+}
+
+function startGeneration(engine: Engine, session: Session, ids: number[], opts: GenOptions, stopIds: number[], done: () => boolean) {
+  if (!Number.isInteger(opts.maxTokens) || opts.maxTokens < 1) {
+    throw new K3Error("USAGE", `maxTokens must be a positive integer, got ${opts.maxTokens}`);
+  }
+  // Validate sampling options before touching the session (a bad request changes nothing).
+  const configured = createSampler(samplerOptions(opts));
+  // Greedy goes through the engine's own argmax (same rule: lowest id on ties).
+  const sampler: Sampler | undefined = opts.temperature ? configured : undefined;
+  const cachedTokens = reusablePrefix(session.tokens, ids);
+  if (cachedTokens === 0 && session.tokens.length > 0) session.reset();
+  const feed = ids.slice(cachedTokens);
+
+  const tok = engine.tokenizerDir ? engine.tokenizer() : undefined;
+  const decoder = tok?.decoder();
+  const stopper = new StopMatcher(opts.stop ?? []);
+  let stopStringHit = false;
+  let stats: GenerationStats | undefined;
+
+  const gen = engine.generate(session, feed, {
+    maxTokens: opts.maxTokens,
+    sampler,
+    stopIds,
+    onPrefill: opts.onPrefill,
+    shouldStop: () => stopStringHit || done() || (opts.shouldStop?.() ?? false),
+  });
+
+  function* events(): Generator<TextEvent> {
+    for (;;) {
+      const r = gen.next();
+      if (r.done) {
+        stats = r.value;
+        return;
+      }
+      let text = "";
+      if (decoder && !stopStringHit) {
+        const s = stopper.push(decoder.push(r.value.id));
+        text = s.text;
+        if (s.stopped) stopStringHit = true;
+      }
+      yield { id: r.value.id, text };
+    }
+  }
+
+  function flushText(): string {
+    if (!decoder || stopStringHit) return "";
+    const a = stopper.push(decoder.flush());
+    if (a.stopped) {
+      stopStringHit = true;
+      return a.text;
+    }
+    return a.text + stopper.flush().text;
+  }
+
+  return {
+    cachedTokens,
+    events,
+    flushText,
+    /** Decoded text pieces (empty ones skipped), the final flush included. */
+    *text(): Generator<string> {
+      for (const ev of events()) if (ev.text) yield ev.text;
+      const rest = flushText();
+      if (rest) yield rest;
+    },
+    get stats() {
+      return stats;
+    },
+    /** The engine stops with "cancelled" whenever shouldStop fires; tell our own reasons apart. */
+    finishReason(messageClosed: boolean): CompletionResult["finishReason"] {
+      const s = stats!.stopReason;
+      if (s !== "cancelled") return s;
+      if (stopStringHit || messageClosed) return "stop";
+      return "cancelled";
+    },
+  };
+}
+
+/** Length of the session's tokens when they are a proper prefix of `ids`, else 0. A prefix equal
+ *  to the whole prompt is not reusable: the engine needs at least one new token for logits. */
+export function reusablePrefix(seen: number[], ids: number[]): number {
+  if (seen.length === 0 || seen.length >= ids.length) return 0;
+  for (let i = 0; i < seen.length; i++) if (seen[i] !== ids[i]) return 0;
+  return seen.length;
+}
+
+function samplerOptions(o: GenOptions) {
+  return { temperature: o.temperature ?? 0, topK: o.topK, topP: o.topP, minP: o.minP, seed: o.seed };
+}
+
+function specialIdOrUndefined(tok: Tokenizer, name: string): number | undefined {
+  try {
+    return tok.specialId(name);
+  } catch {
+    return undefined;
+  }
+}
+
+function delta(reasoning: string, content: string): ChatDelta {
+  const d: ChatDelta = {};
+  if (reasoning) d.reasoning = reasoning;
+  if (content) d.content = content;
+  return d;
+}
