@@ -9,8 +9,11 @@
 //   - ids nBpe..vocab-257 (only when vocab - 256 > 100256) are unused rows: no token decodes to them.
 //   - specials occupy vocab-256..vocab-1, named exactly like K3's release ([BOS] first, [PAD] last).
 //   - output is a pure function of `vocab` (byte-identical across runs).
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+// Imported, not read from node_modules at run time: `bun build --compile` bundles it, so the
+// compiled k3 can generate its demo model with no node_modules next to it (test/binary.test.ts).
+import cl100k from "tiktoken/encoders/cl100k_base.json";
 
 /** Number of special/reserved slots at the top of K3's vocabulary (163584..163839 in the release). */
 export const SPECIAL_SLOTS = 256;
@@ -51,8 +54,7 @@ let cl100kCache: Uint8Array[] | undefined;
  *  "! 0 <b64 rank 0> <b64 rank 1> ..." — "! N" starts a run of consecutive ranks at N. */
 export function loadCl100kTokens(): Uint8Array[] {
   if (cl100kCache) return cl100kCache;
-  const file = Bun.resolveSync("tiktoken/encoders/cl100k_base.json", import.meta.dir);
-  const { bpe_ranks } = JSON.parse(readFileSync(file, "utf8")) as { bpe_ranks: string };
+  const { bpe_ranks } = cl100k as { bpe_ranks: string };
   const fields = bpe_ranks.split(/\s+/).filter((f) => f.length > 0);
   const tokens: Uint8Array[] = [];
   let rank = 0;
