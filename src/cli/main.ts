@@ -18,6 +18,7 @@ const main = defineCommand({
     run: lazy(() => import("./commands/run.ts")),
     "simulate-cache": lazy(() => import("./commands/simulate-cache.ts")),
     plan: lazy(() => import("./commands/plan.ts")),
+    serve: lazy(() => import("./commands/serve.ts")),
   },
 });
 

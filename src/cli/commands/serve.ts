@@ -1,0 +1,53 @@
+// `k3 serve`: an OpenAI-compatible HTTP server (docs/SERVER.md). Runs until SIGINT / SIGTERM.
+import { defineCommand } from "citty";
+import { basename, resolve } from "node:path";
+import { Engine } from "../../engine.ts";
+import { K3Error } from "../../errors.ts";
+import { log } from "../../log.ts";
+import { startServer } from "../../server/server.ts";
+import { engineArgs, engineOptions, positiveInt, resolveModelDir } from "../common.ts";
+
+export default defineCommand({
+  meta: { name: "serve", description: "Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions)" },
+  args: {
+    model: { type: "positional", required: false, description: "model directory (default: $K3_MODEL)" },
+    host: { type: "string", description: "address to bind (default 127.0.0.1: this machine only)" },
+    port: { type: "string", description: "port (default 8080; 0 picks a free one)" },
+    "api-key": { type: "string", description: "require Authorization: Bearer KEY (default: $K3_API_KEY, else no key)" },
+    queue: { type: "string", description: "requests that may wait while one generates (default 16); more get 503" },
+    "model-name": { type: "string", description: "model id for clients (default: the model directory's name)" },
+    ...engineArgs,
+  },
+  async run({ args }) {
+    const dir = resolveModelDir(args.model);
+    const port = args.port === undefined ? 8080 : args.port === "0" ? 0 : positiveInt(args.port, "--port")!;
+    if (port > 65535) throw new K3Error("USAGE", `--port must be at most 65535, got ${port}`);
+    const queue = args.queue === "0" ? 0 : (positiveInt(args.queue, "--queue") ?? 16);
+    const host = args.host ?? "127.0.0.1";
+    // A key on the command line is visible in `ps`; the environment variable is the quieter way.
+    const apiKey = args["api-key"] ?? process.env.K3_API_KEY;
+    const modelName = args["model-name"] ?? basename(resolve(dir));
+
+    const engine = Engine.open(dir, engineOptions(args));
+    if (!engine.tokenizerDir) log.warn(`${dir} has no tokenizer: only /v1/completions with token-id prompts will work`);
+    let server;
+    try {
+      server = startServer(engine, { modelName, host, port, apiKey, queue });
+    } catch (err) {
+      engine.close();
+      throw new K3Error("USAGE", `cannot listen on ${host}:${port}: ${(err as Error).message}`);
+    }
+    if (!["127.0.0.1", "localhost", "::1"].includes(host) && !apiKey)
+      log.warn(`listening on ${host} without --api-key: anyone who can reach this port can use the model`);
+    log.info(`serving ${modelName} at ${server.url}/v1 (context ${engine.context} tokens, queue ${queue})`);
+
+    await new Promise<void>((done) => {
+      const stop = () => done();
+      process.once("SIGINT", stop);
+      process.once("SIGTERM", stop);
+    });
+    log.info("shutting down");
+    await server.stop();
+    engine.close();
+  },
+});

@@ -1,0 +1,125 @@
+// Response objects in OpenAI's exact shapes (chat.completion, chat.completion.chunk,
+// text_completion), plus the `k3` extension object carrying the engine's stats. Fields follow
+// the OpenAI API reference and what vLLM / SGLang send, so clients written for either parse ours.
+import type { GenerationStats, ParsedToolCall } from "../engine.ts";
+import type { ChatResult, CompletionResult, Usage } from "../conversation.ts";
+
+export type OpenAiFinish = "stop" | "length" | "tool_calls";
+
+/** The engine's reasons → OpenAI's. Hitting the context limit is "length" (vLLM does the same);
+ *  a cancelled generation has no client left to read its reason. */
+export function openAiFinish(r: ChatResult["finishReason"] | CompletionResult["finishReason"]): OpenAiFinish {
+  if (r === "length" || r === "context") return "length";
+  if (r === "tool_calls") return "tool_calls";
+  return "stop";
+}
+
+export function usageJson(u: Usage) {
+  return {
+    prompt_tokens: u.promptTokens,
+    completion_tokens: u.completionTokens,
+    total_tokens: u.promptTokens + u.completionTokens,
+    prompt_tokens_details: { cached_tokens: u.cachedTokens },
+  };
+}
+
+const round2 = (x: number) => Math.round(x * 100) / 100;
+
+/** The `k3` extension: what this generation cost (bytes read, cache hits, time per token). */
+export function k3Json(s: GenerationStats) {
+  return {
+    prompt_tokens: s.promptTokens,
+    generated_tokens: s.generatedTokens,
+    stop_reason: s.stopReason,
+    prefill_ms: round2(s.prefillMs),
+    decode_ms: round2(s.decodeMs),
+    s_per_token: s.msPerToken / 1000,
+    bytes_read: s.io.trunkBytesRead + s.io.expertBytesRead,
+    bytes_read_per_token: Math.round(s.ioPerToken.bytesRead),
+    reads: s.io.reads,
+    expert_requests: s.io.expertRequests,
+    expert_hits: s.io.expertHits,
+    io_wait_ms: round2(s.io.ioWaitMs),
+    direct_io: s.io.directIo,
+    peak_rss_bytes: s.peakRssBytes,
+  };
+}
+
+export function toolCallsJson(calls: ParsedToolCall[], requestId: string) {
+  return calls.map((c, i) => ({
+    id: `call_${requestId.slice(-12)}_${i}`,
+    type: "function" as const,
+    function: { name: c.name, arguments: c.arguments },
+  }));
+}
+
+export interface Envelope {
+  id: string;
+  created: number;
+  model: string;
+}
+
+export function chatCompletionJson(e: Envelope, r: ChatResult) {
+  const toolCalls = toolCallsJson(r.toolCalls, e.id);
+  return {
+    id: e.id,
+    object: "chat.completion",
+    created: e.created,
+    model: e.model,
+    choices: [
+      {
+        index: 0,
+        message: {
+          role: "assistant",
+          // OpenAI sends null content on a pure tool-call turn.
+          content: r.content === "" && toolCalls.length > 0 ? null : r.content,
+          reasoning_content: r.reasoning === "" ? null : r.reasoning,
+          ...(toolCalls.length > 0 ? { tool_calls: toolCalls } : {}),
+        },
+        logprobs: null,
+        finish_reason: openAiFinish(r.finishReason),
+      },
+    ],
+    usage: usageJson(r.usage),
+    k3: k3Json(r.stats),
+  };
+}
+
+export function chatChunkJson(e: Envelope, delta: Record<string, unknown>, finish: OpenAiFinish | null, extra: Record<string, unknown> = {}) {
+  return {
+    id: e.id,
+    object: "chat.completion.chunk",
+    created: e.created,
+    model: e.model,
+    choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
+    ...extra,
+  };
+}
+
+/** The trailing usage chunk of `stream_options: {include_usage: true}`: no choices. */
+export function usageChunkJson(e: Envelope, object: string, u: Usage) {
+  return { id: e.id, object, created: e.created, model: e.model, choices: [], usage: usageJson(u) };
+}
+
+export function completionJson(e: Envelope, r: CompletionResult) {
+  return {
+    id: e.id,
+    object: "text_completion",
+    created: e.created,
+    model: e.model,
+    choices: [{ index: 0, text: r.text, logprobs: null, finish_reason: openAiFinish(r.finishReason) }],
+    usage: usageJson(r.usage),
+    k3: k3Json(r.stats),
+  };
+}
+
+export function completionChunkJson(e: Envelope, text: string, finish: OpenAiFinish | null, extra: Record<string, unknown> = {}) {
+  return {
+    id: e.id,
+    object: "text_completion",
+    created: e.created,
+    model: e.model,
+    choices: [{ index: 0, text, logprobs: null, finish_reason: finish }],
+    ...extra,
+  };
+}

@@ -1,0 +1,80 @@
+// One engine, one owner: generations run one at a time, in arrival order.
+//
+// Invariants:
+//   - at most one holder at a time; `release()` hands the engine to the oldest live waiter;
+//   - at most `capacity` waiters; one more is refused at once (the caller answers 503) instead of
+//     queueing without bound while the machine is saturated;
+//   - a waiter whose client went away (signal aborted) leaves the queue and never runs.
+import { ApiError } from "./errors.ts";
+
+interface Waiter {
+  grant: (release: () => void) => void;
+}
+
+export class GenerationQueue {
+  private busy = false;
+  private readonly waiters: Waiter[] = [];
+  /** Mean wall time of recent generations (ms), for Retry-After. */
+  private meanMs = 0;
+
+  constructor(readonly capacity: number) {}
+
+  get waiting(): number {
+    return this.waiters.length;
+  }
+  get running(): boolean {
+    return this.busy;
+  }
+
+  /** Resolves with a release function once it is this caller's turn. Rejects with a 503 ApiError
+   *  when the queue is full, or with the signal's reason when the client goes away first. */
+  acquire(signal?: AbortSignal): Promise<() => void> {
+    if (signal?.aborted) return Promise.reject(clientGone());
+    if (!this.busy) {
+      this.busy = true;
+      return Promise.resolve(this.releaser());
+    }
+    if (this.waiters.length >= this.capacity) {
+      const retryAfterS = Math.max(1, Math.ceil(((this.waiters.length + 1) * this.meanMs) / 1000));
+      return Promise.reject(
+        new ApiError(503, `server busy: ${this.waiters.length} requests already waiting for the engine`, "overloaded_error", null, "queue_full", {
+          "Retry-After": String(retryAfterS),
+        }),
+      );
+    }
+    return new Promise((resolve, reject) => {
+      const w: Waiter = {
+        grant: (release) => {
+          signal?.removeEventListener("abort", onAbort);
+          resolve(release);
+        },
+      };
+      const onAbort = () => {
+        const i = this.waiters.indexOf(w);
+        if (i >= 0) this.waiters.splice(i, 1);
+        reject(clientGone());
+      };
+      signal?.addEventListener("abort", onAbort, { once: true });
+      this.waiters.push(w);
+    });
+  }
+
+  /** Records how long a generation held the engine (feeds the Retry-After estimate). */
+  recordDuration(ms: number): void {
+    this.meanMs = this.meanMs === 0 ? ms : 0.8 * this.meanMs + 0.2 * ms;
+  }
+
+  private releaser(): () => void {
+    let released = false;
+    return () => {
+      if (released) return; // idempotent: a finally and an error path may both release
+      released = true;
+      const next = this.waiters.shift();
+      if (next) next.grant(this.releaser());
+      else this.busy = false;
+    };
+  }
+}
+
+/** nginx's 499: nobody reads it, but it keeps a vanished client out of the 5xx error counts. */
+const clientGone = () => new ApiError(499, "client closed the request while it waited", "invalid_request_error", null, "client_closed");
