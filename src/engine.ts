@@ -12,6 +12,8 @@ import { DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, planMemory, type MemoryPlan } f
 import type { PolicyName } from "./memory/policy/index.ts";
 import { gib, resolveBudget, usableRam } from "./memory/ram.ts";
 import { StreamingWeights } from "./memory/stream.ts";
+import { checkShardSizes, loadChecksums, recordChecksums, type ShardCheck } from "./memory/verify.ts";
+import { TraceWriter } from "./memory/trace-writer.ts";
 import { SessionState } from "./model/state.ts";
 import { Tokenizer } from "./text/tokenizer.ts";
 import type { WeightProvider, WeightStats } from "./model/weights.ts";
@@ -42,8 +44,10 @@ export interface EngineOptions {
   ioThreads?: number;
   /** Every weight resident, no planner (the baseline the streaming path must match). */
   resident?: boolean;
-  /** Expected CRC-32 per expert ("layer:expert" → crc), from `k3 verify --record`. */
-  expertChecksums?: Map<string, number>;
+  /** Check every read against the CRC-32s `k3 verify --record` wrote (refuses if none exist). */
+  verify?: boolean;
+  /** Write per-token expert routing (JSONL, the reference traces' format) to this file. */
+  trace?: string;
   /** Compute threads (process-wide pool); default: all cores. */
   threads?: number;
   /** Context limit in tokens (sizes the MLA cache). */
@@ -190,7 +194,7 @@ export class Engine {
         direct: opts.direct ?? true,
         ioThreads: opts.ioThreads ?? 4,
         policy: opts.policy ?? "lfru",
-        expertChecksums: opts.expertChecksums,
+        checksums: opts.verify ? loadChecksums(checkpoint) : undefined,
       });
     }
     let model: Model;
@@ -201,7 +205,28 @@ export class Engine {
       weights.close();
       throw err;
     }
-    return new Engine(dir, checkpoint, k, weights, model, context, threads, plan);
+    const engine = new Engine(dir, checkpoint, k, weights, model, context, threads, plan);
+    if (opts.trace) {
+      const trace = new TraceWriter(opts.trace);
+      engine.trace = trace;
+      model.onRouting = (_L, idx, T, K) => trace.record(idx, T, K);
+    }
+    return engine;
+  }
+
+  private trace?: TraceWriter;
+
+  /** Every forward goes through here, so the trace sees every chunk. */
+  private forward(session: Session, ids: number[], onChunk?: (done: number, total: number) => void): Float32Array {
+    if (!this.trace) return this.model.forward(session.state, ids, { onChunk });
+    let pos = session.state.pos;
+    return this.model.forward(session.state, ids, {
+      onChunk: (done, total) => {
+        this.trace!.flush(pos);
+        pos = session.state.pos;
+        onChunk?.(done, total);
+      },
+    });
   }
 
   createSession(): Session {
@@ -212,7 +237,7 @@ export class Engine {
   prefill(session: Session, ids: number[], onChunk?: (done: number, total: number) => void): Float32Array {
     const all = [...session.pending, ...ids];
     session.pending = [];
-    return this.model.forward(session.state, all, { onChunk });
+    return this.forward(session, all, onChunk);
   }
 
   /**
@@ -258,7 +283,7 @@ export class Engine {
         break;
       }
       const s = performance.now();
-      logits = this.model.forward(session.state, session.pending.splice(0));
+      logits = this.forward(session, session.pending.splice(0));
       stepMs = performance.now() - s;
       decodeMs += stepMs;
     }
@@ -290,6 +315,7 @@ export class Engine {
   }
 
   close(): void {
+    this.trace?.close();
     this.model.free();
     this.weights.close();
   }
@@ -305,6 +331,7 @@ function diffStats(a: WeightStats, b: WeightStats): WeightStats {
     lookaheadIssued: a.lookaheadIssued - b.lookaheadIssued,
     lookaheadUsed: a.lookaheadUsed - b.lookaheadUsed,
     ioWaitMs: a.ioWaitMs - b.ioWaitMs,
+    verifyMs: a.verifyMs - b.verifyMs,
     directIo: a.directIo,
   };
 }
@@ -312,4 +339,32 @@ function diffStats(a: WeightStats, b: WeightStats): WeightStats {
 /** Peak resident set size from the OS (getrusage maxrss, KiB on Linux). */
 export function peakRssBytes(): number {
   return process.resourceUsage().maxRSS * 1024;
+}
+
+export interface VerifyResult {
+  dir: string;
+  shards: ShardCheck[];
+  tensors: number;
+  /** Set with `record`: where the checksums went and how many were written. */
+  recorded?: { path: string; experts: number; trunkUnits: number; ms: number };
+}
+
+/**
+ * `k3 verify`: parse every shard header (the catalogue refuses bad offsets, dtypes, shapes),
+ * check each shard's exact size, and optionally record a CRC-32 per expert and trunk unit.
+ * Throws K3Error CHECKPOINT naming the first shard whose size is wrong (after listing all).
+ */
+export function verifyModel(dir: string, opts: { record?: boolean; onProgress?: (done: number, total: number) => void } = {}): VerifyResult {
+  const checkpoint = openCheckpoint(dir);
+  const shards = checkShardSizes(checkpoint);
+  const bad = shards.filter((s) => !s.ok);
+  if (bad.length)
+    throw new K3Error("CHECKPOINT", `${bad.length} shard(s) do not match their headers`, bad.map((s) => `${s.file}: ${s.bytes} bytes, header says ${s.expected}`));
+  const result: VerifyResult = { dir, shards, tensors: checkpoint.tensors.size };
+  if (opts.record) {
+    const t0 = performance.now();
+    const { path, sums } = recordChecksums(loadKernels(), checkpoint, opts.onProgress);
+    result.recorded = { path, experts: sums.experts.size, trunkUnits: sums.trunk.size, ms: performance.now() - t0 };
+  }
+  return result;
 }

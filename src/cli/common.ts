@@ -8,6 +8,15 @@ export const engineArgs = {
   context: { type: "string", description: "context limit in tokens (default 4096)" },
   chunk: { type: "string", description: "prefill chunk in tokens (default 32)" },
   isa: { type: "string", description: "force a kernel path: auto | scalar | avx2 | avx512" },
+  preset: { type: "string", description: "RAM budget: laptop (8G) | desktop (32G) | workstation (96G) | server (224G) | auto" },
+  ram: { type: "string", description: "RAM budget as a size, e.g. 12G (wins over --preset)" },
+  prefetch: { type: "boolean", default: true, description: "read the next layer while one computes (--no-prefetch to disable)" },
+  lookahead: { type: "boolean", default: true, description: "router lookahead during decode (--no-lookahead to disable)" },
+  "direct-io": { type: "boolean", default: true, description: "O_DIRECT reads (--no-direct-io for the page cache)" },
+  policy: { type: "string", description: "expert cache policy: lfru (default) | lru | fifo | s3fifo" },
+  "io-threads": { type: "string", description: "I/O threads (default 4)" },
+  verify: { type: "boolean", description: "check every expert read against the checksums `k3 verify --record` wrote" },
+  trace: { type: "string", description: "write per-token expert routing (JSONL) to this file" },
 } satisfies ArgsDef;
 
 export function positiveInt(v: string | undefined, flag: string): number | undefined {
@@ -16,14 +25,41 @@ export function positiveInt(v: string | undefined, flag: string): number | undef
   return Number(v);
 }
 
-export function engineOptions(args: { threads?: string; context?: string; chunk?: string; isa?: string }): EngineOptions {
+export interface EngineArgs {
+  threads?: string;
+  context?: string;
+  chunk?: string;
+  isa?: string;
+  preset?: string;
+  ram?: string;
+  prefetch?: boolean;
+  lookahead?: boolean;
+  "direct-io"?: boolean;
+  policy?: string;
+  "io-threads"?: string;
+  verify?: boolean;
+  trace?: string;
+}
+
+export function engineOptions(args: EngineArgs): EngineOptions {
   const isa = args.isa ?? "auto";
   if (!["auto", "scalar", "avx2", "avx512"].includes(isa)) throw new K3Error("USAGE", `--isa must be auto, scalar, avx2 or avx512, got "${isa}"`);
+  const policy = args.policy ?? "lfru";
+  if (!["lfru", "lru", "fifo", "s3fifo"].includes(policy)) throw new K3Error("USAGE", `--policy must be lfru, lru, fifo or s3fifo, got "${policy}"`);
   return {
     threads: positiveInt(args.threads, "--threads"),
     context: positiveInt(args.context, "--context"),
     chunk: positiveInt(args.chunk, "--chunk"),
     isa: isa as EngineOptions["isa"],
+    preset: args.preset,
+    ram: args.ram,
+    prefetch: args.prefetch ?? true,
+    lookahead: args.lookahead ?? true,
+    direct: args["direct-io"] ?? true,
+    policy: policy as EngineOptions["policy"],
+    ioThreads: positiveInt(args["io-threads"], "--io-threads"),
+    verify: args.verify ?? false,
+    trace: args.trace,
   };
 }
 

@@ -22,6 +22,8 @@ import type { ExpertRef, LayerRef, TensorRef, WeightProvider, WeightStats } from
 import { makePolicy, type PolicyName } from "./policy/index.ts";
 import type { EvictionPolicy } from "./policy/types.ts";
 import { ALIGN, buildReadPlan, type ReadPlan } from "./readplan.ts";
+import { trunkUnitEntries, unitName } from "./units.ts";
+import { payloadCrc, type Checksums } from "./verify.ts";
 
 export interface StreamOptions {
   /** Trunk units (layer indices; numLayers = the head) kept resident. */
@@ -36,8 +38,8 @@ export interface StreamOptions {
   direct: boolean;
   ioThreads: number;
   policy: PolicyName;
-  /** Expected CRC-32 per expert payload ("layer:expert" → crc) from `k3 verify --record`. */
-  expertChecksums?: Map<string, number>;
+  /** Recorded CRC-32s (`k3 verify --record`): every read is checked against them. */
+  checksums?: Checksums;
 }
 
 const EMPTY = 0;
@@ -113,6 +115,7 @@ export class StreamingWeights implements WeightProvider {
       lookaheadIssued: 0,
       lookaheadUsed: 0,
       ioWaitMs: 0,
+      verifyMs: 0,
       directIo: wantDirect,
     };
     try {
@@ -129,20 +132,14 @@ export class StreamingWeights implements WeightProvider {
 
       // Trunk units.
       const tensors = ckpt.tensors;
-      const byUnit: TensorEntry[][] = Array.from({ length: cfg.numLayers + 1 }, () => []);
-      for (const [name, te] of tensors) {
-        if (name === LM_HEAD_NAME || name === `${LM_MODEL_PREFIX}norm.weight` || name.startsWith(`${LM_MODEL_PREFIX}output_attn_res_`)) byUnit[cfg.numLayers]!.push(te);
-        else if (name.startsWith(`${LM_MODEL_PREFIX}layers.`) && !name.includes(".experts.")) {
-          const L = Number(name.slice(`${LM_MODEL_PREFIX}layers.`.length).split(".")[0]);
-          byUnit[L]!.push(te);
-        }
-      }
+      const byUnit = trunkUnitEntries(ckpt);
       this.units = byUnit.map((list) => ({ plan: buildReadPlan(list), entries: new Map(list.map((e) => [e.name, e])) }));
       const pinned = new Set(opts.pinnedUnits);
       for (let u = 0; u <= cfg.numLayers; u++) if (!pinned.has(u)) this.streamedOrder.push(u);
       for (const u of pinned) {
         const buf = this.mem.alloc(this.units[u]!.plan.slotBytes, `pinned unit ${u}`, ALIGN);
         this.readNow(this.units[u]!.plan, buf, `trunk of ${unitName(u, cfg.numLayers)}`, true);
+        this.verifyUnit(u, buf.ptr);
         this.pinned.set(u, buf);
       }
       if (this.streamedOrder.length > 0) {
@@ -319,6 +316,7 @@ export class StreamingWeights implements WeightProvider {
         throw err;
       }
       slot.ready = true;
+      this.verifyUnit(u, slot.buf.ptr);
     }
     slot.inUse = true;
     // Run ahead only into ANOTHER slot: with one slot the next read would overwrite this unit.
@@ -327,6 +325,19 @@ export class StreamingWeights implements WeightProvider {
       this.prefetchUnit(this.streamedOrder[(i + 1) % this.streamedOrder.length]!);
     }
     return slot.buf.ptr;
+  }
+
+  private verifyUnit(u: number, base: number): void {
+    const sums = this.opts.checksums;
+    if (!sums) return;
+    const t0 = performance.now();
+    const crc = payloadCrc(this.k, this.units[u]!.plan, base);
+    this.counters.verifyMs += performance.now() - t0;
+    const want = sums.trunk.get(u);
+    if (want === undefined || crc !== want) {
+      const names = [...this.units[u]!.entries.keys()];
+      throw new K3Error("VERIFY", `the trunk of ${unitName(u, this.ckpt.config.numLayers)} (${names.length} tensors: ${names.slice(0, 3).join(", ")}, …) fails its checksum: read ${crc.toString(16)}, recorded ${want === undefined ? "nothing" : want.toString(16)}`);
+    }
   }
 
   private releaseUnit(u: number): void {
@@ -441,15 +452,15 @@ export class StreamingWeights implements WeightProvider {
       throw err;
     }
     this.slotTickets[slot] = [];
-    const sums = this.opts.expertChecksums;
+    const sums = this.opts.checksums;
     if (sums) {
-      const want = sums.get(`${layer}:${e}`);
-      let crc = 0;
-      const base = this.slots[slot]!.ptr;
-      for (const r of plan.reads) crc = this.k.k3_crc32(crc, (base + r.dst + (r.need - r.payload)) as any, r.payload);
-      if (want !== undefined && crc !== want) {
+      const t0 = performance.now();
+      const want = sums.experts.get(`${layer}:${e}`);
+      const crc = payloadCrc(this.k, plan, this.slots[slot]!.ptr);
+      this.counters.verifyMs += performance.now() - t0;
+      if (want === undefined || crc !== want) {
         this.dropSlot(slot);
-        throw new K3Error("VERIFY", `expert ${e} of layer ${layer} (${expertTensorNames(layer, e)[0]} …) fails its checksum: got ${crc.toString(16)}, recorded ${want.toString(16)}`);
+        throw new K3Error("VERIFY", `expert ${e} of layer ${layer} (${expertTensorNames(layer, e).join(", ")}) fails its checksum: read ${crc.toString(16)}, recorded ${want === undefined ? "nothing" : want.toString(16)}`);
       }
     }
     this.slotState[slot] = READY;
@@ -581,9 +592,6 @@ export class StreamingWeights implements WeightProvider {
   }
 }
 
-function unitName(u: number, numLayers: number): string {
-  return u === numLayers ? "the head (lm_head, final norms)" : `layer ${u}`;
-}
 
 /** Shard sizes and mtimes, to invalidate a cached index when a shard changes. */
 export function shardStamp(files: string[]): string {

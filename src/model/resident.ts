@@ -25,6 +25,7 @@ export class ResidentWeights implements WeightProvider {
     lookaheadIssued: 0,
     lookaheadUsed: 0,
     ioWaitMs: 0,
+    verifyMs: 0,
     directIo: false,
   };
 

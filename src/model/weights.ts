@@ -38,6 +38,7 @@ export interface WeightStats {
   lookaheadIssued: number;
   lookaheadUsed: number;
   ioWaitMs: number;
+  verifyMs: number; // time spent checking checksums (--verify)
   directIo: boolean;
 }
 

@@ -1,0 +1,41 @@
+// `k3 verify DIR [--record]`: shard sizes against headers; --record writes a CRC-32 per expert and
+// per trunk unit so that `run --verify` can check every read.
+import { defineCommand } from "citty";
+import { verifyModel } from "../../engine.ts";
+import { log } from "../../log.ts";
+import { formatBytes, resolveModelDir } from "../common.ts";
+
+export default defineCommand({
+  meta: { name: "verify", description: "Check every shard against its header; --record checksums every expert and trunk unit" },
+  args: {
+    model: { type: "positional", required: false, description: "model directory (default: $K3_MODEL)" },
+    record: { type: "boolean", description: "read everything once and record CRC-32s for `run --verify`" },
+    json: { type: "boolean", description: "print the result as JSON" },
+  },
+  run({ args }) {
+    const dir = resolveModelDir(args.model);
+    const tty = process.stderr.isTTY && !args.json;
+    let last = 0;
+    const r = verifyModel(dir, {
+      record: args.record,
+      onProgress: tty
+        ? (done, total) => {
+            const now = performance.now();
+            if (now - last < 100 && done < total) return;
+            last = now;
+            const w = 30;
+            const f = Math.round((w * done) / total);
+            process.stderr.write(`\r  checksumming [${"#".repeat(f)}${" ".repeat(w - f)}] ${done}/${total}${done === total ? "\n" : ""}`);
+          }
+        : undefined,
+    });
+    if (args.json) {
+      process.stdout.write(`${JSON.stringify(r)}\n`);
+      return;
+    }
+    const bytes = r.shards.reduce((a, s) => a + s.bytes, 0);
+    process.stdout.write(`${r.shards.length} shards (${formatBytes(bytes)}), ${r.tensors} language-model tensors: sizes match their headers\n`);
+    if (r.recorded) process.stdout.write(`recorded ${r.recorded.experts} expert and ${r.recorded.trunkUnits} trunk checksums in ${(r.recorded.ms / 1000).toFixed(1)} s → ${r.recorded.path}\n`);
+    else log.info("add --record to checksum every expert and trunk unit (then `k3 run --verify` checks each read)");
+  },
+});
