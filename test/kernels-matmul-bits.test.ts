@@ -1,0 +1,95 @@
+// The matmul speed-ups (row blocks, token blocks, new MXFP4 decode; docs/BENCH-KERNELS.md) must
+// not change one output bit. GOLDEN holds the bit hashes produced by the implementation before
+// those changes (commit e0832dd, scalar path — every path equalled it then), so this test fails
+// if any path, thread count or batch size drifts from the old bits, even if the scalar path
+// itself were edited. Shapes are chosen to hit every remainder of the blocked loops: rows not a
+// multiple of the row block, T from 1 to 9 (token blocks of 4 plus tails), column tails of
+// 0..15 for bf16/f32, NaN-scale groups, scales 0/1/254 (subnormal and huge), −0 weights.
+import { describe, expect, test } from "bun:test";
+import { k, rng, randF32, randBF16, randMXFP4, withIsaThreads, allIsas, bitsHash } from "./kernels.helpers.ts";
+
+type Case = { name: string; run: () => Float32Array };
+
+function cases(): Case[] {
+  const out: Case[] = [];
+  const r = rng(0x6b33);
+  const dense: [number, number, number][] = [
+    [1, 7, 1], [5, 16, 2], [3, 31, 4], [37, 100, 9], [9, 513, 5], [300, 1000, 5], [67, 4099, 3], [260, 257, 8],
+  ];
+  for (const [rows, cols, T] of dense) {
+    const Wb = randBF16(r, rows * cols), Wf = randF32(r, rows * cols, -2, 2);
+    const X = randF32(r, T * cols, -3, 3);
+    X[0] = -0; // a signed zero input
+    out.push({ name: `bf16 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_bf16(Wb, X, Y, rows, cols, T); return Y; } });
+    out.push({ name: `f32 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_f32(Wf, X, Y, rows, cols, T); return Y; } });
+  }
+  const mx: [number, number, number][] = [
+    [1, 32, 1], [7, 64, 9], [301, 512, 6], [130, 1056, 4], [5, 3072, 2], [33, 96, 7], [256, 288, 3],
+  ];
+  for (const [rows, cols, T] of mx) {
+    const { packed, scales } = randMXFP4(r, rows, cols);
+    // Row 0: every group NaN-scaled (output must be exactly +0); row 1 (if any) all −0 weights.
+    scales.fill(255, 0, cols / 32);
+    if (rows > 1) packed.fill(0x88, cols / 2, cols);
+    // Mix magnitudes so some products land in the subnormal range, others near 2^127.
+    const X = randF32(r, T * cols, -(2 ** -8), 2 ** -8);
+    for (let i = 0; i < X.length; i += 5) X[i] *= 2 ** -120;
+    X[1] = -0;
+    out.push({ name: `mxfp4 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_mxfp4(packed, scales, X, Y, rows, cols, T); return Y; } });
+  }
+  return out;
+}
+
+/** Bits of the pre-optimisation implementation (scalar path at e0832dd) for every case above. */
+const GOLDEN: Record<string, string> = {
+  "bf16 1x7 T1": "6bc3bba07fed326f",
+  "f32 1x7 T1": "7ecb1dcf4e4b6942",
+  "bf16 5x16 T2": "4505b4e9bf653f6f",
+  "f32 5x16 T2": "1e9f3f174e550596",
+  "bf16 3x31 T4": "be15aa6e5a2267fa",
+  "f32 3x31 T4": "e15a068fad034f9c",
+  "bf16 37x100 T9": "51ec790660c1510d",
+  "f32 37x100 T9": "d88bbdd2f36b1ef4",
+  "bf16 9x513 T5": "a21c562255f9d9f1",
+  "f32 9x513 T5": "cb2597b30c18d9ff",
+  "bf16 300x1000 T5": "a3b1b59d4f5c7a33",
+  "f32 300x1000 T5": "346c927f14a83c7c",
+  "bf16 67x4099 T3": "2d3e4cb6118a2d64",
+  "f32 67x4099 T3": "e78460ae9f4701a3",
+  "bf16 260x257 T8": "d04a249f5afe1d62",
+  "f32 260x257 T8": "effae688b39cbb7e",
+  "mxfp4 1x32 T1": "14b83016dc460955",
+  "mxfp4 7x64 T9": "63f1b872ef4cb622",
+  "mxfp4 301x512 T6": "1928417309b3c9e3",
+  "mxfp4 130x1056 T4": "3a7081bbc1f3bb08",
+  "mxfp4 5x3072 T2": "a7f8ccdbd36ce832",
+  "mxfp4 33x96 T7": "d0ffdbcfdbabdf01",
+  "mxfp4 256x288 T3": "b11ace88e778bc37"
+};
+
+describe("matmul bits equal the pre-optimisation implementation", () => {
+  const all = cases();
+  test("GOLDEN covers every case", () => {
+    expect(Object.keys(GOLDEN).sort()).toEqual(all.map((c) => c.name).sort());
+  });
+  for (const isa of allIsas)
+    test(`ISA ${isa}, threads 1, 2, 3: every case hashes to the saved bits`, () => {
+      for (const threads of [1, 2, 3]) {
+        const got: Record<string, string> = {};
+        withIsaThreads(isa, threads, () => { for (const c of all) got[c.name] = bitsHash(c.run()); });
+        expect({ isa, threads, ...got }).toEqual({ isa, threads, ...GOLDEN });
+      }
+    });
+
+  test("the −0 weight row and the all-NaN-scale row give +0 exactly", () => {
+    const c = all.find((x) => x.name === "mxfp4 7x64 T9")!;
+    for (const isa of allIsas) {
+      const Y = withIsaThreads(isa, 1, c.run);
+      for (let t = 0; t < 9; t++) {
+        expect(Object.is(Y[t * 7], 0)).toBe(true); // row 0: all groups skipped
+        expect(Object.is(Y[t * 7 + 1], 0)).toBe(true); // row 1: −0 weights sum to +0
+      }
+    }
+  });
+});
+
