@@ -1,7 +1,7 @@
 // The public API: open a model under a budget, hold sessions, generate, report stats.
 // The CLI and the server use only this module (test/layers.test.ts checks the imports).
 import { existsSync } from "node:fs";
-import { join } from "node:path";
+import { basename, join, resolve } from "node:path";
 import { openCheckpoint, type Checkpoint } from "./checkpoint/catalogue.ts";
 import type { ModelConfig } from "./checkpoint/types.ts";
 import { K3Error } from "./errors.ts";
@@ -15,6 +15,7 @@ import { StreamingWeights } from "./memory/stream.ts";
 import { checkShardSizes, loadChecksums, recordChecksums, type ShardCheck } from "./memory/verify.ts";
 import { TraceWriter } from "./memory/trace-writer.ts";
 import { SessionState } from "./model/state.ts";
+import { loadSession as loadSessionFile, saveSession as saveSessionFile } from "./model/session-file.ts";
 import { Tokenizer } from "./text/tokenizer.ts";
 import type { WeightProvider, WeightStats } from "./model/weights.ts";
 
@@ -95,11 +96,21 @@ export interface GenerationStats {
 
 const ISA_CODES = { auto: -1, scalar: 0, avx2: 1, avx512: 2 } as const;
 
+/** Frees a session's C memory if its owner dropped it without close() (backstop, not the plan). */
+const sessionFinalizer = new FinalizationRegistry<SessionState>((state) => state.free());
+
 /** One conversation / sequence: model state plus tokens not yet fed to the model. */
 export class Session {
   /** A sampled token that has been emitted but not yet run through the model. */
   pending: number[] = [];
-  constructor(readonly state: SessionState) {}
+  constructor(readonly state: SessionState) {
+    sessionFinalizer.register(this, state, this);
+  }
+  /** Release the session's state memory (KDA state, MLA cache). The session is unusable after. */
+  close(): void {
+    sessionFinalizer.unregister(this);
+    this.state.free();
+  }
   get position(): number {
     return this.state.pos;
   }
@@ -227,6 +238,33 @@ export class Engine {
         onChunk?.(done, total);
       },
     });
+  }
+
+  private fp?: string;
+  /** Identity of the model a session belongs to: config and every tensor's name, dtype, shape. */
+  get fingerprint(): string {
+    if (!this.fp) {
+      const names = [...this.checkpoint.tensors.values()].map((t) => `${t.name}:${t.dtype}:${t.shape.join("x")}`).sort();
+      this.fp = Bun.hash(JSON.stringify(this.config) + names.join("|")).toString(16).padStart(16, "0");
+    }
+    return this.fp;
+  }
+
+  /** Save a session's state (KDA, conv, MLA cache, position, tokens) to a file. */
+  saveSession(session: Session, path: string): void {
+    saveSessionFile(this.k, session.state, session.pending, this.fingerprint, basename(resolve(this.dir)), path);
+  }
+
+  /** A new session restored from a file saved by the same model (refused otherwise). */
+  loadSession(path: string): Session {
+    const session = this.createSession();
+    try {
+      session.pending = loadSessionFile(this.k, session.state, this.fingerprint, path);
+    } catch (err) {
+      session.state.free();
+      throw err;
+    }
+    return session;
   }
 
   createSession(): Session {

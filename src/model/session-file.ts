@@ -1,0 +1,117 @@
+// Saved sessions: KDA state, conv history, MLA latent cache, position, token history. Restoring
+// one replaces a re-prefill of the whole conversation (STREAMING.md §2: 0.3 s vs minutes).
+//
+// File: "K3SESS01" (8 bytes) · u32 LE header length · header JSON · payload.
+// The header records the model fingerprint (config + every tensor's name, dtype and shape), the
+// buffers in order with their byte counts, and a CRC-32 of the payload; loading into another
+// model, a truncated or a corrupted file is refused with the reason.
+import { closeSync, fstatSync, openSync, readFileSync, readSync, renameSync, writeSync } from "node:fs";
+import { toArrayBuffer } from "bun:ffi";
+import { K3Error } from "../errors.ts";
+import type { Kernels } from "../kernels.ts";
+import type { SessionState } from "./state.ts";
+
+const MAGIC = "K3SESS01";
+
+export interface SessionHeader {
+  format: 1;
+  model: string; // fingerprint
+  modelName: string;
+  pos: number;
+  history: number[];
+  pending: number[];
+  buffers: { name: string; bytes: number }[];
+  crc32: number;
+}
+
+/** Bytes of a state buffer that carry information at position `pos` (MLA rows beyond pos are unused). */
+function liveBytes(name: string, bytes: number, pos: number, rowBytes: number): number {
+  return name.startsWith("mla.") ? pos * rowBytes : bytes;
+}
+
+export function saveSession(k: Kernels, state: SessionState, pending: number[], fingerprint: string, modelName: string, path: string): void {
+  const rowBytes = 4 * (state.cfg.kvLoraRank + state.cfg.qkRope);
+  const parts = state.buffers().map(({ name, buf }) => ({ name, view: new Uint8Array(toArrayBuffer(buf.ptr as any, 0, liveBytes(name, buf.bytes, state.pos, rowBytes))) }));
+  let crc = 0;
+  for (const p of parts) crc = k.k3_crc32(crc, p.view, p.view.byteLength);
+  const header: SessionHeader = {
+    format: 1,
+    model: fingerprint,
+    modelName,
+    pos: state.pos,
+    history: state.history,
+    pending,
+    buffers: parts.map((p) => ({ name: p.name, bytes: p.view.byteLength })),
+    crc32: crc,
+  };
+  const json = Buffer.from(JSON.stringify(header));
+  const head = Buffer.alloc(12);
+  head.write(MAGIC, 0, "latin1");
+  head.writeUInt32LE(json.length, 8);
+  const tmp = `${path}.${process.pid}.tmp`;
+  const fd = openSync(tmp, "w");
+  try {
+    writeSync(fd, head);
+    writeSync(fd, json);
+    for (const p of parts) writeSync(fd, p.view);
+  } finally {
+    closeSync(fd);
+  }
+  renameSync(tmp, path);
+}
+
+/** Read a session file's header only (to check it before allocating anything). */
+export function readSessionHeader(path: string): { header: SessionHeader; payloadOffset: number; fileBytes: number } {
+  let fd: number;
+  try {
+    fd = openSync(path, "r");
+  } catch (err) {
+    throw new K3Error("SESSION", `cannot open session file ${path}: ${(err as Error).message}`);
+  }
+  try {
+    const fileBytes = fstatSync(fd).size;
+    const head = Buffer.alloc(12);
+    if (readSync(fd, head, 0, 12, 0) !== 12 || head.toString("latin1", 0, 8) !== MAGIC) throw new K3Error("SESSION", `${path} is not a k3 session file`);
+    const n = head.readUInt32LE(8);
+    if (12 + n > fileBytes) throw new K3Error("SESSION", `${path}: header runs past the end of the file (truncated?)`);
+    const json = Buffer.alloc(n);
+    readSync(fd, json, 0, n, 12);
+    let header: SessionHeader;
+    try {
+      header = JSON.parse(json.toString("utf8"));
+    } catch {
+      throw new K3Error("SESSION", `${path}: the header is not valid JSON (corrupted?)`);
+    }
+    if (header.format !== 1 || !Array.isArray(header.buffers) || !Array.isArray(header.history)) throw new K3Error("SESSION", `${path}: unknown session format`);
+    return { header, payloadOffset: 12 + n, fileBytes };
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Fill `state` from a file written by saveSession for the same model; returns the pending ids. */
+export function loadSession(k: Kernels, state: SessionState, fingerprint: string, path: string): number[] {
+  const { header, payloadOffset, fileBytes } = readSessionHeader(path);
+  if (header.model !== fingerprint)
+    throw new K3Error("SESSION", `${path} belongs to another model (${header.modelName}, fingerprint ${header.model.slice(0, 12)}…), not this one (${fingerprint.slice(0, 12)}…)`);
+  if (header.pos > state.maxContext) throw new K3Error("SESSION", `${path} holds ${header.pos} tokens, more than this context limit (${state.maxContext}); use --context ${header.pos} or more`);
+  const rowBytes = 4 * (state.cfg.kvLoraRank + state.cfg.qkRope);
+  const bufs = state.buffers();
+  if (bufs.length !== header.buffers.length) throw new K3Error("SESSION", `${path}: ${header.buffers.length} state buffers, this model has ${bufs.length}`);
+  const total = header.buffers.reduce((a, b) => a + b.bytes, 0);
+  if (payloadOffset + total !== fileBytes) throw new K3Error("SESSION", `${path}: ${fileBytes} bytes, the header describes ${payloadOffset + total} (truncated or padded)`);
+  const data = readFileSync(path).subarray(payloadOffset);
+  if (k.k3_crc32(0, data, data.byteLength) !== header.crc32) throw new K3Error("SESSION", `${path}: payload checksum mismatch (corrupted)`);
+  state.reset();
+  let off = 0;
+  bufs.forEach(({ name, buf }, i) => {
+    const want = header.buffers[i]!;
+    const live = liveBytes(name, buf.bytes, header.pos, rowBytes);
+    if (want.name !== name || want.bytes !== live) throw new K3Error("SESSION", `${path}: buffer ${i} is ${want.name} (${want.bytes} bytes), expected ${name} (${live} bytes)`);
+    new Uint8Array(toArrayBuffer(buf.ptr as any, 0, live)).set(data.subarray(off, off + live));
+    off += live;
+  });
+  state.pos = header.pos;
+  state.history.push(...header.history);
+  return header.pending;
+}

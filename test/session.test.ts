@@ -1,0 +1,77 @@
+// Saved sessions (issue 5): save after N tokens, load, continue → the same ids as an
+// uninterrupted run; another model's session or a corrupted file is refused.
+import { describe, expect, test } from "bun:test";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { Engine } from "../src/engine.ts";
+import { scratchDir, tinyModel } from "./helpers/models.ts";
+
+const PROMPT = [5, 17, 300, 42, 7, 99, 3, 250];
+
+function take(engine: Engine, session: ReturnType<Engine["createSession"]>, prompt: number[], n: number): number[] {
+  const out: number[] = [];
+  for (const t of engine.generate(session, prompt, { maxTokens: n })) out.push(t.id);
+  return out;
+}
+
+describe("sessions", () => {
+  test("save after N tokens, load in a fresh engine, continue: same ids and bits as never stopping", async () => {
+    const dir = await tinyModel("tiny-a");
+    const file = join(scratchDir("sess"), "s.k3session");
+    const a = Engine.open(dir, { threads: 1 });
+    const whole = take(a, a.createSession(), PROMPT, 12);
+    const s = a.createSession();
+    const first = take(a, s, PROMPT, 5);
+    a.saveSession(s, file);
+    a.close();
+    expect(first).toEqual(whole.slice(0, 5));
+
+    const b = Engine.open(dir, { threads: 2, ram: "1G" }); // another engine, budget and thread count
+    try {
+      const restored = b.loadSession(file);
+      expect(restored.tokens).toEqual([...PROMPT, ...first]);
+      const rest = take(b, restored, [], 7);
+      expect([...first, ...rest]).toEqual(whole);
+    } finally {
+      b.close();
+    }
+  });
+
+  test("a session from another model is refused, naming both", async () => {
+    const file = join(scratchDir("sess-other"), "s.k3session");
+    const a = Engine.open(await tinyModel("tiny-a"), { threads: 1 });
+    const s = a.createSession();
+    take(a, s, PROMPT, 2);
+    a.saveSession(s, file);
+    a.close();
+    const b = Engine.open(await tinyModel("tiny-b"), { threads: 1 });
+    try {
+      expect(() => b.loadSession(file)).toThrow(/belongs to another model/);
+    } finally {
+      b.close();
+    }
+  });
+
+  test("corrupted, truncated or foreign files are refused", async () => {
+    const d = scratchDir("sess-bad");
+    const file = join(d, "s.k3session");
+    const a = Engine.open(await tinyModel("tiny-a"), { threads: 1 });
+    try {
+      const s = a.createSession();
+      take(a, s, PROMPT, 3);
+      a.saveSession(s, file);
+      const bytes = readFileSync(file);
+      const flipped = Buffer.from(bytes);
+      flipped[flipped.length - 5] ^= 0xff;
+      writeFileSync(join(d, "flip"), flipped);
+      expect(() => a.loadSession(join(d, "flip"))).toThrow(/checksum mismatch/);
+      writeFileSync(join(d, "short"), bytes.subarray(0, bytes.length - 100));
+      expect(() => a.loadSession(join(d, "short"))).toThrow(/truncated/);
+      writeFileSync(join(d, "junk"), "hello world, not a session");
+      expect(() => a.loadSession(join(d, "junk"))).toThrow(/not a k3 session file/);
+      expect(() => a.loadSession(join(d, "missing"))).toThrow(/cannot open session file/);
+    } finally {
+      a.close();
+    }
+  });
+});
