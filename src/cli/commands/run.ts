@@ -1,83 +1,152 @@
-// `k3 run`: continue a prompt with the base model, streaming tokens to stdout as they come.
+// `k3 run`: continue a prompt with the base model, streaming text to stdout as it comes.
+// Greedy by default (identical output at any budget / thread count); sampling flags opt in.
+// stdout carries only the generated text (or one JSON object with --json); logs, progress and the
+// stats line go to stderr. Ctrl-C stops after the current token: what was printed stays, the
+// stats line is printed, and the exit status is 130.
 import { defineCommand } from "citty";
 import { readFileSync } from "node:fs";
+import { streamCompletion, type CompletionResult, type GenOptions } from "../../conversation.ts";
 import { Engine, type GenerationStats } from "../../engine.ts";
 import { K3Error } from "../../errors.ts";
 import { log } from "../../log.ts";
-import { engineArgs, engineOptions, formatBytes, parseIds, positiveInt, readStdin, resolveModelDir } from "../common.ts";
+import { engineArgs, engineOptions, formatBytes, parseIds, positiveInt, readStdin } from "../common.ts";
+import { modelDirOrDemo } from "../demo.ts";
+import { prefillProgress } from "../progress.ts";
+
+/** Sampling flags shared by `run` and `chat` (`--stop` may repeat; citty keeps only the last, so
+ *  stopStrings() reads them from the raw arguments). */
+export const samplingArgs = {
+  temperature: { type: "string", description: "sampling temperature (0 = greedy)" },
+  "top-k": { type: "string", description: "keep the k most likely tokens (0 = off)" },
+  "top-p": { type: "string", description: "nucleus sampling mass in (0, 1] (1 = off)" },
+  "min-p": { type: "string", description: "drop tokens below min-p × the top probability (0 = off)" },
+  seed: { type: "string", description: "sampling seed (default 0: same seed, same text)" },
+  stop: { type: "string", description: "stop string, matched across tokens, not printed (repeatable)" },
+} as const;
+
+export interface SamplingArgs {
+  temperature?: string;
+  "top-k"?: string;
+  "top-p"?: string;
+  "min-p"?: string;
+  seed?: string;
+  stop?: string;
+}
+
+export function samplingOptions(args: SamplingArgs, rawArgs: string[], defaultTemperature: number): Omit<GenOptions, "maxTokens"> {
+  return {
+    temperature: num(args.temperature, "--temperature") ?? defaultTemperature,
+    topK: int(args["top-k"], "--top-k"),
+    topP: num(args["top-p"], "--top-p"),
+    minP: num(args["min-p"], "--min-p"),
+    seed: int(args.seed, "--seed"),
+    stop: stopStrings(rawArgs),
+  };
+}
+
+/** Every `--stop X` / `--stop=X` in order. */
+export function stopStrings(rawArgs: string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < rawArgs.length; i++) {
+    const a = rawArgs[i]!;
+    if (a === "--") break;
+    if (a === "--stop") {
+      const v = rawArgs[++i];
+      if (v === undefined) throw new K3Error("USAGE", "--stop needs a string");
+      out.push(v);
+    } else if (a.startsWith("--stop=")) out.push(a.slice("--stop=".length));
+  }
+  return out;
+}
+
+function num(v: string | undefined, flag: string): number | undefined {
+  if (v === undefined || v === "") return undefined;
+  const n = Number(v);
+  if (!Number.isFinite(n)) throw new K3Error("USAGE", `${flag} must be a number, got "${v}"`);
+  return n;
+}
+
+function int(v: string | undefined, flag: string): number | undefined {
+  const n = num(v, flag);
+  if (n !== undefined && !Number.isSafeInteger(n)) throw new K3Error("USAGE", `${flag} must be an integer, got "${v}"`);
+  return n;
+}
 
 export default defineCommand({
-  meta: { name: "run", description: "Generate a continuation of a prompt (greedy by default), streamed to stdout" },
+  meta: { name: "run", description: "Continue a prompt (greedy by default), streamed to stdout; no model = the built-in demo" },
   args: {
-    model: { type: "positional", required: false, description: "model directory (default: $K3_MODEL)" },
+    model: { type: "positional", required: false, description: "model directory (default: $K3_MODEL, else the demo model; `-` = demo/$K3_MODEL with the prompt on stdin)" },
     prompt: { type: "string", description: "prompt text" },
-    "prompt-file": { type: "string", description: "read the prompt from a file" },
+    "prompt-file": { type: "string", description: "read the prompt from a file (`-` = stdin)" },
     ids: { type: "string", description: "prompt as token ids, e.g. 1,2,3 (prints ids)" },
     gen: { type: "string", description: "tokens to generate (default 32)" },
-    json: { type: "boolean", description: "print one JSON object instead of streaming text" },
+    json: { type: "boolean", description: "print one JSON object (prompt_ids, generated_ids, generated_text, timings, stats)" },
+    ...samplingArgs,
     ...engineArgs,
   },
-  async run({ args }) {
-    const dir = resolveModelDir(args.model);
+  async run({ args, rawArgs }) {
     const gen = positiveInt(args.gen, "--gen") ?? 32;
-    const sources = [args.prompt !== undefined, args["prompt-file"] !== undefined, args.ids !== undefined].filter(Boolean).length;
-    if (sources > 1) throw new K3Error("USAGE", "give only one of --prompt, --prompt-file, --ids");
-    let text: string | undefined;
-    let ids: number[] | undefined;
-    if (args.ids !== undefined) ids = parseIds(args.ids);
-    else if (args.prompt !== undefined) text = args.prompt;
-    else if (args["prompt-file"] !== undefined) text = readFileSync(args["prompt-file"], "utf8");
-    else if (!process.stdin.isTTY) text = await readStdin();
+    const sampling = samplingOptions(args, rawArgs, 0);
+    const stdinModel = args.model === "-";
+    const sources = [args.prompt !== undefined, args["prompt-file"] !== undefined, args.ids !== undefined, stdinModel].filter(Boolean).length;
+    if (sources > 1) throw new K3Error("USAGE", "give only one of --prompt, --prompt-file, --ids, -");
+    let prompt: string | number[];
+    if (args.ids !== undefined) prompt = parseIds(args.ids);
+    else if (args.prompt !== undefined) prompt = args.prompt;
+    else if (args["prompt-file"] !== undefined && args["prompt-file"] !== "-") prompt = readPromptFile(args["prompt-file"]);
+    else if (stdinModel || args["prompt-file"] === "-" || !process.stdin.isTTY) prompt = stripOneNewline(await readStdin());
     else throw new K3Error("USAGE", "no prompt: use --prompt, --prompt-file, --ids, or pipe text on stdin");
+    if (prompt.length === 0) throw new K3Error("USAGE", "the prompt is empty");
 
+    const dir = await modelDirOrDemo(stdinModel ? undefined : args.model);
     const engine = Engine.open(dir, engineOptions(args));
     try {
-      let tok: import("../../text/tokenizer.ts").Tokenizer | undefined;
-      if (engine.tokenizerDir) {
-        const { Tokenizer } = await import("../../text/tokenizer.ts");
-        tok = Tokenizer.load(engine.tokenizerDir);
-      }
-      if (ids === undefined) {
-        if (!tok) throw new K3Error("TOKENIZER", `${dir} has no tokenizer (tiktoken.model); use --ids`);
-        ids = tok.encode(text!);
-        if (ids.length === 0) throw new K3Error("USAGE", "the prompt is empty");
-      }
-      const textOut = args.ids === undefined && tok !== undefined;
-      const decoder = tok?.decoder();
+      const textOut = typeof prompt === "string";
       const session = engine.createSession();
       let cancelled = false;
       const onSigint = () => (cancelled = true);
       process.on("SIGINT", onSigint);
-      const generated: number[] = [];
-      let text_ = "";
-      const it = engine.generate(session, ids, { maxTokens: gen, shouldStop: () => cancelled });
-      let stats: GenerationStats | undefined;
-      for (;;) {
-        const r = it.next();
-        if (r.done) {
-          stats = r.value;
-          break;
+      const it = streamCompletion(engine, session, prompt, {
+        maxTokens: gen,
+        ...sampling,
+        shouldStop: () => cancelled,
+        onPrefill: prefillProgress({ bytesRead: () => bytesRead(engine) }),
+      });
+      let result: CompletionResult;
+      let printed = 0;
+      try {
+        for (;;) {
+          const r = it.next();
+          if (r.done) {
+            result = r.value;
+            break;
+          }
+          if (!args.json) {
+            if (textOut) process.stdout.write(r.value.text);
+            else for (const id of r.value.ids) process.stdout.write(`${printed++ > 0 ? " " : ""}${id}`);
+          }
+          // Let the event loop run between tokens so Ctrl-C is noticed within one token.
+          await Bun.sleep(0);
         }
-        generated.push(r.value.id);
-        const piece = decoder ? decoder.push(r.value.id) : "";
-        text_ += piece;
-        if (!args.json) process.stdout.write(textOut ? piece : `${generated.length > 1 ? " " : ""}${r.value.id}`);
-        // Let the event loop run between tokens so Ctrl-C is noticed within one token.
-        await Bun.sleep(0);
+      } finally {
+        process.off("SIGINT", onSigint);
       }
-      process.off("SIGINT", onSigint);
-      if (decoder) {
-        const rest = decoder.flush();
-        text_ += rest;
-        if (!args.json && textOut) process.stdout.write(rest);
-      }
+      const stats = result.stats;
       if (args.json) {
-        const out: Record<string, unknown> = { prompt_ids: ids, generated_ids: generated, stats: statsJson(stats!, engine) };
-        if (tok) out.generated_text = text_;
+        const promptIds = typeof prompt === "string" ? engine.tokenizer().encode(prompt) : prompt;
+        const out: Record<string, unknown> = {
+          prompt_ids: promptIds,
+          generated_ids: result.ids,
+          // Omitted (undefined) when the model has no tokenizer.
+          generated_text: textOut ? result.text : engine.tokenizerDir ? engine.tokenizer().decode(result.ids) : undefined,
+          finish_reason: result.finishReason,
+          timings: timingsJson(stats),
+          stats: statsJson(stats, engine),
+        };
         process.stdout.write(`${JSON.stringify(out)}\n`);
       } else {
         process.stdout.write("\n");
-        log.info(statsLine(stats!, engine));
+        log.info(statsLine(stats, engine, result.finishReason));
       }
       if (cancelled) process.exitCode = 130;
     } finally {
@@ -85,6 +154,35 @@ export default defineCommand({
     }
   },
 });
+
+/** `echo "text" | k3 run` means the text, not the text plus the newline echo adds. */
+function stripOneNewline(s: string): string {
+  return s.endsWith("\r\n") ? s.slice(0, -2) : s.endsWith("\n") ? s.slice(0, -1) : s;
+}
+
+function readPromptFile(path: string): string {
+  try {
+    return readFileSync(path, "utf8");
+  } catch (err) {
+    throw new K3Error("USAGE", `cannot read the prompt file ${path}: ${(err as Error).message}`);
+  }
+}
+
+function bytesRead(engine: Engine): number {
+  const s = engine.stats();
+  return s.trunkBytesRead + s.expertBytesRead;
+}
+
+export function timingsJson(s: GenerationStats) {
+  return {
+    prefill_ms: round(s.prefillMs),
+    decode_ms: round(s.decodeMs),
+    total_ms: round(s.prefillMs + s.decodeMs),
+    ms_per_token: round(s.msPerToken),
+    prefill_tokens_per_s: s.prefillMs > 0 ? round((s.promptTokens * 1000) / s.prefillMs) : null,
+    decode_tokens_per_s: s.decodeMs > 0 && s.generatedTokens > 1 ? round(((s.generatedTokens - 1) * 1000) / s.decodeMs) : null,
+  };
+}
 
 export function statsJson(s: GenerationStats, engine: Engine) {
   return {
@@ -110,7 +208,8 @@ export function statsJson(s: GenerationStats, engine: Engine) {
   };
 }
 
-export function statsLine(s: GenerationStats, engine: Engine): string {
+/** The final stats line (stderr): tokens, s/token, bytes read per token, hits, direct I/O, peak RSS. */
+export function statsLine(s: GenerationStats, engine: Engine, finishReason: string = s.stopReason): string {
   return [
     `${s.generatedTokens} tokens (prompt ${s.promptTokens})`,
     `prefill ${(s.prefillMs / 1000).toFixed(2)} s`,
@@ -120,7 +219,7 @@ export function statsLine(s: GenerationStats, engine: Engine): string {
     `direct I/O ${s.io.directIo ? "on" : "off"}`,
     `peak RSS ${formatBytes(s.peakRssBytes)}`,
     `${engine.threads} threads`,
-    s.stopReason === "length" ? "" : `stop: ${s.stopReason}`,
+    finishReason === "length" ? "" : `stop: ${finishReason}`,
   ]
     .filter(Boolean)
     .join(" · ");
