@@ -16,6 +16,7 @@ const main = defineCommand({
     tokenize: lazy(() => import("./commands/tokenize.ts")),
     detokenize: lazy(() => import("./commands/detokenize.ts")),
     run: lazy(() => import("./commands/run.ts")),
+    chat: lazy(() => import("./commands/chat.ts")),
     verify: lazy(() => import("./commands/verify.ts")),
     "simulate-cache": lazy(() => import("./commands/simulate-cache.ts")),
     plan: lazy(() => import("./commands/plan.ts")),
