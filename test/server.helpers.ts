@@ -1,0 +1,73 @@
+// Shared by test/server*.test.ts: one tiny engine per test file, servers on random loopback ports,
+// the engine's own greedy output for cross-checks, and a small SSE reader.
+import { Engine } from "../src/engine.ts";
+import { startServer, type K3Server, type ServerOptions } from "../src/server/server.ts";
+import { tinyModel } from "./helpers/models.ts";
+
+export async function openTinyEngine(): Promise<Engine> {
+  return Engine.open(await tinyModel("tiny-a"), { threads: 2 });
+}
+
+export function serve(engine: Engine, opts: Partial<ServerOptions> = {}): K3Server {
+  return startServer(engine, { modelName: "tiny-a", port: 0, ...opts });
+}
+
+/** What the engine itself generates greedily for `prompt` in a fresh session, decoded the way
+ *  the server decodes (streaming UTF-8), stopping at [EOS] like a completion does. */
+export function directGreedy(engine: Engine, prompt: string | number[], maxTokens: number): { text: string; ids: number[] } {
+  const tok = engine.tokenizer();
+  const ids = typeof prompt === "string" ? tok.encode(prompt) : prompt;
+  const session = engine.createSession();
+  const dec = tok.decoder();
+  const out: number[] = [];
+  let text = "";
+  for (const ev of engine.generate(session, ids, { maxTokens, stopIds: [tok.specialId("[EOS]")] })) {
+    out.push(ev.id);
+    text += dec.push(ev.id);
+  }
+  return { text: text + dec.flush(), ids: out };
+}
+
+export interface SseEvent {
+  data: any;
+  /** Receive time (performance.now()) — used only for ORDER, never compared to a duration. */
+  at: number;
+}
+
+/** Reads an SSE response to the end (or until `stopAfter` events), parsing each `data:` line.
+ *  "[DONE]" comes back as the string "[DONE]". */
+export async function readSse(res: Response, stopAfter = Infinity): Promise<SseEvent[]> {
+  const reader = res.body!.getReader();
+  const dec = new TextDecoder();
+  const events: SseEvent[] = [];
+  let buf = "";
+  while (events.length < stopAfter) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    buf += dec.decode(value, { stream: true });
+    let cut: number;
+    while ((cut = buf.indexOf("\n\n")) >= 0) {
+      const frame = buf.slice(0, cut);
+      buf = buf.slice(cut + 2);
+      for (const line of frame.split("\n")) {
+        if (!line.startsWith("data: ")) continue;
+        const payload = line.slice(6);
+        events.push({ data: payload === "[DONE]" ? "[DONE]" : JSON.parse(payload), at: performance.now() });
+      }
+    }
+  }
+  if (events.length >= stopAfter) await reader.cancel();
+  return events;
+}
+
+export const post = (url: string, body: unknown, init: RequestInit = {}) =>
+  fetch(url, { method: "POST", headers: { "Content-Type": "application/json" }, body: typeof body === "string" ? body : JSON.stringify(body), ...init });
+
+/** Polls `cond` on the event loop (the server runs in this process) until it holds. */
+export async function until(cond: () => boolean, what: string, limitMs = 10_000): Promise<void> {
+  const t0 = performance.now();
+  while (!cond()) {
+    if (performance.now() - t0 > limitMs) throw new Error(`timed out waiting for: ${what}`);
+    await Bun.sleep(1);
+  }
+}
