@@ -27,6 +27,15 @@ export { renderChat, segmentsToIds, SERVED_DEFAULT_THINKING_EFFORT, VALID_THINKI
 export { AssistantStreamParser, parseAssistantOutput, type AssistantOutput, type ParsedToolCall } from "./text/chat-parse.ts";
 export { createSampler, type SamplerOptions } from "./text/sampling.ts";
 export { StopMatcher } from "./text/stop.ts";
+// Inspection without loading weights (`k3 info`, `k3 plan`, `k3 simulate-cache`).
+export { describeCheckpoint, describeMetadata, renderInfo } from "./checkpoint/describe.ts";
+export { catalogueFromMetadata, openCheckpoint } from "./checkpoint/catalogue.ts";
+export { computeCensus } from "./checkpoint/census.ts";
+export { DEFAULT_CONTEXT, planMemory, type MemoryPlan } from "./memory/plan.ts";
+export { gib, PRESETS, resolveBudget } from "./memory/ram.ts";
+export { ALL_POLICIES, isPolicyName, nextUseTable } from "./memory/policy/index.ts";
+export { parseSlotList, simulateCache, type SimResult } from "./memory/simulate.ts";
+export { parseTrace, traceKeys } from "./memory/trace.ts";
 
 export interface EngineOptions {
   /** RAM budget preset: laptop | desktop | workstation | server | auto (default auto). */

@@ -3,8 +3,8 @@
 // The text goes to stdout exactly (no newline added), so tokenize | detokenize round-trips a file.
 import { defineCommand } from "citty";
 import { K3Error } from "../../errors.ts";
-import { Tokenizer } from "../../text/tokenizer.ts";
 import { readOneInput } from "./tokenize.ts";
+import { Tokenizer } from "../../engine.ts";
 
 /** Ids from the accepted spellings; throws USAGE on anything else. */
 export function parseIds(input: string): number[] {

@@ -2,8 +2,8 @@
 // (architecture, layer map, byte census, layout facts). Text or one JSON object on stdout;
 // every failure is a thrown K3Error that main.ts maps to an exit status.
 import { defineCommand } from "citty";
-import { describeCheckpoint, describeMetadata, renderInfo } from "../../checkpoint/describe.ts";
 import { K3Error } from "../../errors.ts";
+import { describeCheckpoint, describeMetadata, renderInfo } from "../../engine.ts";
 
 export default defineCommand({
   meta: { name: "info", description: "Describe a checkpoint: architecture, layer map, byte census, layout" },

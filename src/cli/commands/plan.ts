@@ -2,11 +2,8 @@
 // Prints the memory plan (docs/PLAN.md) from the config and tensor sizes alone: no weights read.
 import { defineCommand } from "citty";
 import { availableParallelism } from "node:os";
-import { catalogueFromMetadata, openCheckpoint } from "../../checkpoint/catalogue.ts";
-import { computeCensus } from "../../checkpoint/census.ts";
 import { K3Error } from "../../errors.ts";
-import { DEFAULT_CONTEXT, planMemory, type MemoryPlan } from "../../memory/plan.ts";
-import { gib, PRESETS, resolveBudget } from "../../memory/ram.ts";
+import { catalogueFromMetadata, openCheckpoint, computeCensus, DEFAULT_CONTEXT, planMemory, type MemoryPlan, gib, PRESETS, resolveBudget } from "../../engine.ts";
 
 function positiveInt(text: string, what: string): number {
   const n = Number(text);

@@ -3,9 +3,7 @@
 import { defineCommand } from "citty";
 import { readFileSync } from "node:fs";
 import { K3Error } from "../../errors.ts";
-import { ALL_POLICIES, isPolicyName, nextUseTable } from "../../memory/policy/index.ts";
-import { parseSlotList, simulateCache, type SimResult } from "../../memory/simulate.ts";
-import { parseTrace, traceKeys } from "../../memory/trace.ts";
+import { ALL_POLICIES, isPolicyName, nextUseTable, parseSlotList, simulateCache, type SimResult, parseTrace, traceKeys } from "../../engine.ts";
 
 export default defineCommand({
   meta: { name: "simulate-cache", description: "Replay a routing trace (JSONL) through expert-cache policies; print hit rates" },

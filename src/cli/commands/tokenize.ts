@@ -4,7 +4,7 @@
 import { readFileSync } from "node:fs";
 import { defineCommand } from "citty";
 import { K3Error } from "../../errors.ts";
-import { Tokenizer } from "../../text/tokenizer.ts";
+import { Tokenizer } from "../../engine.ts";
 
 export default defineCommand({
   meta: { name: "tokenize", description: "Print the token ids of a text (special tokens disabled unless --specials)" },

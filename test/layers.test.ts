@@ -1,0 +1,57 @@
+// The layering of DEVELOPERS.md, checked on the import graph: each layer knows only the ones
+// below it; the CLI and the server reach the engine only through its public API; the float64
+// reference imports nothing from the engine (else it would not be an independent check).
+import { describe, expect, test } from "bun:test";
+import { readdirSync, readFileSync, statSync } from "node:fs";
+import { dirname, join, relative, resolve } from "node:path";
+
+const ROOT = resolve(import.meta.dir, "..");
+
+function files(dir: string): string[] {
+  const out: string[] = [];
+  for (const name of readdirSync(join(ROOT, dir))) {
+    const p = join(dir, name);
+    if (statSync(join(ROOT, p)).isDirectory()) out.push(...files(p));
+    else if (name.endsWith(".ts")) out.push(p);
+  }
+  return out;
+}
+
+/** Repo-relative paths of the local modules a file imports (static and dynamic). */
+function imports(file: string): string[] {
+  const src = readFileSync(join(ROOT, file), "utf8");
+  const specs = [...src.matchAll(/(?:from|import)\s*\(?\s*["']([^"']+)["']/g)].map((m) => m[1]!);
+  return specs.filter((s) => s.startsWith(".")).map((s) => relative(ROOT, resolve(ROOT, dirname(file), s)));
+}
+
+/** layer → path prefixes it may import (besides itself). */
+const ALLOWED: Record<string, string[]> = {
+  "src/kernels.ts": ["zig-out/"],
+  "src/checkpoint/": ["src/errors.ts", "src/log.ts"],
+  "src/text/": ["src/errors.ts", "src/log.ts"],
+  "src/model/": ["src/kernels.ts", "src/checkpoint/", "src/errors.ts", "src/log.ts"],
+  "src/memory/": ["src/kernels.ts", "src/checkpoint/", "src/model/cmem.ts", "src/model/weights.ts", "src/errors.ts", "src/log.ts"],
+  "src/engine.ts": ["src/kernels.ts", "src/checkpoint/", "src/model/", "src/memory/", "src/text/", "src/errors.ts", "src/log.ts"],
+  "src/conversation.ts": ["src/engine.ts", "src/errors.ts", "src/log.ts"],
+  "src/server/": ["src/engine.ts", "src/conversation.ts", "src/errors.ts", "src/log.ts", "src/version.ts"],
+  "src/cli/": ["src/engine.ts", "src/conversation.ts", "src/server/", "src/errors.ts", "src/log.ts", "src/version.ts", "tools/gen/"],
+  "tools/reference/": ["tools/gen/"], // test models only; nothing from src/ or kernels/
+};
+
+describe("layering", () => {
+  for (const [layer, allowed] of Object.entries(ALLOWED)) {
+    test(`${layer} imports only ${allowed.join(", ") || "itself"}`, () => {
+      const own = layer.endsWith("/") ? files(layer.slice(0, -1)) : [layer];
+      expect(own.length).toBeGreaterThan(0);
+      const bad: string[] = [];
+      for (const f of own)
+        for (const target of imports(f))
+          if (!target.startsWith(layer) && !allowed.some((a) => target.startsWith(a))) bad.push(`${f} → ${target}`);
+      expect(bad).toEqual([]);
+    });
+  }
+
+  test("the check sees imports (a file that imports the engine is reported for a layer that may not)", () => {
+    expect(imports("src/cli/commands/run.ts")).toContain("src/engine.ts");
+  });
+});
