@@ -3,6 +3,7 @@
 import { existsSync } from "node:fs";
 import { basename, join, resolve } from "node:path";
 import { openCheckpoint, type Checkpoint } from "./checkpoint/catalogue.ts";
+import { openCheckpointCached } from "./checkpoint/index-cache.ts";
 import type { ModelConfig } from "./checkpoint/types.ts";
 import { K3Error } from "./errors.ts";
 import { loadKernels, type Kernels } from "./kernels.ts";
@@ -173,7 +174,7 @@ export class Engine {
     if (!Number.isInteger(threads) || threads < 1) throw new K3Error("USAGE", `--threads must be a positive integer, got ${threads}`);
     const got = k.k3_pool_init(threads);
     if (got !== threads) throw new K3Error("INTERNAL", `thread pool started ${got} threads, asked for ${threads}`);
-    const checkpoint = openCheckpoint(dir);
+    const checkpoint = openCheckpointCached(dir);
     const cfg = checkpoint.config;
     const context = opts.context ?? DEFAULT_CONTEXT;
     const chunk = opts.chunk ?? DEFAULT_PREFILL_CHUNK;

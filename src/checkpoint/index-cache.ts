@@ -1,0 +1,111 @@
+// The computed catalogue, cached next to the model (or in ~/.cache/k3/index/ when the model folder
+// is read-only), so opening the release does not re-parse 96 shard headers and a 497k-entry
+// index every time. Invalidated when config.json, the index or any shard changes (size, mtime):
+// a stale cache would point reads at wrong offsets, so any doubt means a full re-read.
+import { accessSync, constants, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { join, resolve } from "node:path";
+import { INDEX_FILE, openCheckpoint, type Checkpoint } from "./catalogue.ts";
+import { readConfig } from "./config.ts";
+import { computeLayout } from "./layout.ts";
+import type { DType, TensorEntry } from "./types.ts";
+
+export const INDEX_CACHE_FILE = "k3-index.json";
+const FORMAT = "k3-index-1";
+
+type Stamp = [file: string, bytes: number, mtimeMs: number];
+
+function stamp(file: string): Stamp {
+  const st = statSync(file);
+  return [file, st.size, st.mtimeMs];
+}
+
+function cacheLocations(root: string): string[] {
+  const cacheDir = join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "k3", "index");
+  return [join(root, INDEX_CACHE_FILE), join(cacheDir, `${Bun.hash(root).toString(16)}.json`)];
+}
+
+function writable(dir: string): boolean {
+  try {
+    accessSync(dir, constants.W_OK);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The stamps that must all match for a cached catalogue to be used. */
+function currentStamps(root: string, shardFiles: string[]): Stamp[] | null {
+  const files = [join(root, "config.json"), ...(existsSync(join(root, INDEX_FILE)) ? [join(root, INDEX_FILE)] : []), ...shardFiles];
+  try {
+    return files.map(stamp);
+  } catch {
+    return null; // a file vanished: not usable
+  }
+}
+
+function tryLoad(root: string, path: string): Checkpoint | null {
+  let body: any;
+  try {
+    body = JSON.parse(readFileSync(path, "utf8"));
+  } catch {
+    return null;
+  }
+  if (body?.format !== FORMAT || body.root !== root) return null;
+  const shardFiles: string[] = body.shards.map((s: { file: string }) => s.file);
+  // Without an index the shard set is the directory listing: a new or removed shard invalidates.
+  if (!body.index) {
+    const listed = readdirSync(root).filter((f) => f.endsWith(".safetensors")).map((f) => join(root, f)).sort();
+    if (JSON.stringify(listed) !== JSON.stringify([...shardFiles].sort())) return null;
+  }
+  const now = currentStamps(root, shardFiles);
+  if (!now || JSON.stringify(now) !== JSON.stringify(body.stamps)) return null;
+  const config = readConfig(join(root, "config.json"));
+  const tensors = new Map<string, TensorEntry>();
+  for (const [name, fi, offset, bytes, dtype, shape] of body.tensors as [string, number, number, number, DType, number[]][])
+    tensors.set(name, { name, file: shardFiles[fi]!, offset, bytes, dtype, shape });
+  return { dir: root, config, tensors, layout: computeLayout(config, tensors), ignored: body.ignored, shards: body.shards, index: body.index };
+}
+
+function save(ckpt: Checkpoint): string | null {
+  const fileIdx = new Map(ckpt.shards.map((s, i) => [s.file, i]));
+  const body = {
+    format: FORMAT,
+    root: ckpt.dir,
+    stamps: currentStamps(ckpt.dir, ckpt.shards.map((s) => s.file)),
+    shards: ckpt.shards,
+    index: ckpt.index,
+    ignored: ckpt.ignored,
+    tensors: [...ckpt.tensors.values()].map((t) => [t.name, fileIdx.get(t.file), t.offset, t.bytes, t.dtype, t.shape]),
+  };
+  for (const path of cacheLocations(ckpt.dir)) {
+    const dir = join(path, "..");
+    try {
+      if (!existsSync(dir)) mkdirSync(dir, { recursive: true });
+      if (!writable(dir)) continue;
+      const tmp = `${path}.${process.pid}.tmp`;
+      try {
+        writeFileSync(tmp, JSON.stringify(body));
+        renameSync(tmp, path);
+        return path;
+      } finally {
+        rmSync(tmp, { force: true });
+      }
+    } catch {
+      /* try the next location; a cache that cannot be written only costs time */
+    }
+  }
+  return null;
+}
+
+/** openCheckpoint with the cache: `fromCache` says which path was taken. */
+export function openCheckpointCached(dir: string): Checkpoint & { fromCache: boolean; cachePath: string | null } {
+  const root = resolve(dir);
+  for (const path of cacheLocations(root)) {
+    if (!existsSync(path)) continue;
+    const hit = tryLoad(root, path);
+    if (hit) return { ...hit, fromCache: true, cachePath: path };
+  }
+  const ckpt = openCheckpoint(root);
+  return { ...ckpt, fromCache: false, cachePath: save(ckpt) };
+}
