@@ -1,0 +1,195 @@
+// `k3 chat` as a user runs it (spawned from source): a JSON / JSONL conversation on stdin → the
+// reply on stdout or --json; errors; and the interactive REPL driven through a pseudo-terminal.
+import { beforeAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseConversation } from "../src/cli/commands/chat.ts";
+import { streamChat } from "../src/conversation.ts";
+import { Engine } from "../src/engine.ts";
+import { K3Error } from "../src/errors.ts";
+import { tinyModel } from "./helpers/models.ts";
+
+const CLI = [process.execPath, "src/cli/main.ts"];
+
+function env(extra: Record<string, string> = {}) {
+  const e: Record<string, string | undefined> = { ...process.env, NO_COLOR: "1", ...extra };
+  delete e.K3_MODEL;
+  return e as Record<string, string>;
+}
+
+function k3(args: string[], stdin: string) {
+  const p = Bun.spawnSync([...CLI, ...args], { stdin: Buffer.from(stdin), env: env() });
+  return { code: p.exitCode, out: p.stdout.toString(), err: p.stderr.toString() };
+}
+
+let model: string;
+let tmp: string;
+beforeAll(async () => {
+  model = await tinyModel("tiny-a");
+  tmp = mkdtempSync(join(tmpdir(), "k3-chat-cli-"));
+});
+
+const convo = [
+  { role: "system", content: "You are terse." },
+  { role: "user", content: "Name a colour." },
+];
+const jsonl = convo.map((m) => JSON.stringify(m)).join("\n") + "\n";
+
+describe("k3 chat, non-interactive", () => {
+  test("JSONL and a JSON array give the same reply; --json matches the library's streamChat", () => {
+    const args = ["chat", model, "--gen", "12", "--temperature", "0", "--no-think", "--json"];
+    const a = k3(args, jsonl);
+    expect(a.code).toBe(0);
+    const b = k3(args, JSON.stringify(convo));
+    const j = JSON.parse(a.out);
+    expect({ ...JSON.parse(b.out), stats: null }).toEqual({ ...j, stats: null });
+    expect(Object.keys(j).sort()).toEqual(["content", "finish_reason", "reasoning", "stats", "tool_calls", "usage"]);
+    const engine = Engine.open(model, { threads: 1 });
+    try {
+      const it = streamChat(engine, engine.createSession(), convo, { maxTokens: 12, thinking: false });
+      let r = it.next();
+      while (!r.done) r = it.next();
+      expect(j.content).toBe(r.value.content);
+      expect(j.reasoning).toBe("");
+      expect(j.usage).toEqual({ prompt_tokens: r.value.usage.promptTokens, completion_tokens: r.value.usage.completionTokens });
+      expect(j.finish_reason).toBe(r.value.finishReason);
+    } finally {
+      engine.close();
+    }
+  });
+
+  test("without --json stdout is the answer alone, then a newline", () => {
+    const j = JSON.parse(k3(["chat", model, "--gen", "12", "--no-think", "--json"], jsonl).out);
+    const r = k3(["chat", model, "--gen", "12", "--no-think"], jsonl);
+    expect(r.code).toBe(0);
+    expect(r.out).toBe(`${j.content}\n`);
+    expect(r.err).toContain("tokens (prompt");
+  });
+
+  test("default sampling (temperature 1.0, seed 0) repeats; another seed or greedy differs", () => {
+    const run = (...extra: string[]) => JSON.parse(k3(["chat", model, "--gen", "16", "--json", ...extra], jsonl).out);
+    const a = run();
+    expect(run()).toEqual({ ...a, stats: expect.anything() });
+    const texts = [run("--seed", "5"), run("--temperature", "0")].map((r) => r.reasoning + r.content);
+    expect(texts).not.toContain(a.reasoning + a.content);
+  });
+
+  test("thinking on (default) puts the text in the reasoning channel until the model closes it", () => {
+    const j = JSON.parse(k3(["chat", model, "--gen", "8", "--json", "--temperature", "0"], jsonl).out);
+    expect(j.reasoning.length).toBeGreaterThan(0);
+  });
+
+  test("bad input is a usage error naming the problem (exit 2)", () => {
+    const notJson = k3(["chat", model], "{not json}\n");
+    expect(notJson.code).toBe(2);
+    expect(notJson.err).toContain("line 1");
+    const noRole = k3(["chat", model], '[{"content":"hi"}]');
+    expect(noRole.code).toBe(2);
+    expect(noRole.err).toContain('"role"');
+    expect(k3(["chat", model], "").code).toBe(2);
+    expect(k3(["chat", model, "--effort", "medium"], jsonl).code).toBe(2);
+    const badRole = k3(["chat", model], '[{"role":"robot","content":"hi"}]');
+    expect(badRole.code).toBe(2);
+    expect(badRole.err).toContain("robot");
+  });
+});
+
+describe("parseConversation", () => {
+  test("array, {messages}, single object, JSONL with blank lines", () => {
+    const m = [{ role: "user", content: "a" }];
+    expect(parseConversation(JSON.stringify(m), "x")).toEqual(m);
+    expect(parseConversation(JSON.stringify({ messages: m }), "x")).toEqual(m);
+    expect(parseConversation(JSON.stringify(m[0]), "x")).toEqual(m);
+    expect(parseConversation(`\n${JSON.stringify(m[0])}\n\n${JSON.stringify(m[0])}\n`, "x")).toEqual([...m, ...m]);
+    expect(() => parseConversation('{"role":"user"}\n{bad', "f.jsonl")).toThrow(K3Error);
+    expect(() => parseConversation("[1]", "x")).toThrow("role");
+  });
+});
+
+// The REPL needs a terminal. Python's pty module gives one; without python3 the test is skipped
+// and says so in its name.
+const python = Bun.which("python3");
+const PTY_DRIVER = `
+import json, os, pty, select, sys, time
+steps = json.load(open(sys.argv[1]))
+pid, fd = pty.fork()
+if pid == 0:
+    os.execvpe(steps["argv"][0], steps["argv"], steps["env"])
+out = b""
+def pump(until, timeout):
+    global out
+    end = time.time() + timeout
+    while time.time() < end:
+        if until is not None and out.count(until[0]) >= until[1]:
+            return
+        r, _, _ = select.select([fd], [], [], 0.05)
+        if r:
+            try:
+                d = os.read(fd, 65536)
+            except OSError:
+                return
+            if not d:
+                return
+            out += d
+pump((b"> ", 1), 30)
+for s in steps["send"]:
+    if s.get("after_output"):
+        # Wait until the reply is visibly streaming: this many bytes past the echoed line.
+        mark = len(out)
+        end = time.time() + 30
+        while len(out) < mark + s["after_output"] and time.time() < end:
+            pump(None, 0.02)
+    os.write(fd, s["text"].encode())
+    if s.get("then_prompt"):
+        pump((b"> ", out.count(b"> ") + 1), 30)
+pump(None, 2)
+_, status = os.waitpid(pid, 0)
+open(sys.argv[2], "wb").write(out)
+print(os.waitstatus_to_exitcode(status))
+`;
+
+describe("k3 chat, interactive", () => {
+  test.skipIf(!python)(`REPL on a terminal: a reply, /think, /save, /reset, /load, /stats, Ctrl-C stops a reply, /exit${python ? "" : " (SKIPPED: no python3 for a pty)"}`, () => {
+    const driver = join(tmp, "drive_terminal.py");
+    writeFileSync(driver, PTY_DRIVER);
+    const saved = join(tmp, "conv.json");
+    const steps = {
+      argv: [...CLI, "chat", model, "--gen", "1000000", "--context", "1000000", "--threads", "1"],
+      env: env(),
+      send: [
+        { text: "/think off\r", then_prompt: true },
+        { text: "/save " + saved + "\r", then_prompt: true },
+        { text: "hello\r" },
+        // Ctrl-C while the reply streams (this conversation runs ~600 tokens before the model ends
+        // it; we wait for ~40 bytes of it): the reply stops, the REPL stays.
+        { text: "\x03", after_output: 40, then_prompt: true },
+        { text: "/save " + saved + "\r", then_prompt: true },
+        { text: "/stats\r", then_prompt: true },
+        { text: "/reset\r", then_prompt: true },
+        { text: "/load " + saved + "\r", then_prompt: true },
+        { text: "/nope\r", then_prompt: true },
+        { text: "/exit\r" },
+      ],
+    };
+    const stepsFile = join(tmp, "steps.json");
+    writeFileSync(stepsFile, JSON.stringify(steps));
+    const outFile = join(tmp, "pty-out.txt");
+    const p = Bun.spawnSync([python!, driver, stepsFile, outFile], { env: env() });
+    expect(p.stderr.toString()).toBe("");
+    expect(p.stdout.toString().trim()).toBe("0");
+    const out = readFileSync(outFile, "utf8");
+    expect(out).toContain("thinking off");
+    expect(out).toContain("(stopped)");
+    expect(out).toContain("last reply:");
+    expect(out).toContain("stop: cancelled");
+    expect(out).toContain("conversation cleared");
+    expect(out).toContain(`loaded 2 messages from ${saved}`);
+    expect(out).toContain("unknown command /nope");
+    const conv = JSON.parse(readFileSync(saved, "utf8"));
+    expect(conv).toHaveLength(2);
+    expect(conv[0]).toEqual({ role: "user", content: "hello" });
+    expect(conv[1].role).toBe("assistant");
+    expect(conv[1].content.length).toBeGreaterThan(0);
+  });
+});
