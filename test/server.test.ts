@@ -41,7 +41,7 @@ describe("discovery", () => {
   test("GET /health", async () => {
     const res = await fetch(`${server.url}/health`);
     expect(res.status).toBe(200);
-    expect(await res.json()).toMatchObject({ status: "ok", model: "tiny-a" });
+    expect((await res.json()) as any).toMatchObject({ status: "ok", model: "tiny-a" });
   });
   test("models.list names the served model", async () => {
     const page = await client.models.list();
@@ -142,7 +142,7 @@ describe("chat", () => {
 
   test("thinking off: text is the answer, not reasoning", async () => {
     const r = await post(`${server.url}/v1/chat/completions`, { messages, max_tokens: 8, chat_template_kwargs: { thinking: false } });
-    const msg = (await r.json()).choices[0].message;
+    const msg = ((await r.json()) as any).choices[0].message;
     expect(msg.reasoning_content).toBeNull();
     expect(msg.content.length).toBeGreaterThan(0);
   });
@@ -203,7 +203,7 @@ describe("bad input → OpenAI-style 4xx, never a crash", () => {
     test(name, async () => {
       const res = await send();
       expect(res.status).toBe(status);
-      const body = await res.json();
+      const body = (await res.json()) as any;
       expect(Object.keys(body)).toEqual(["error"]);
       expect(typeof body.error.message).toBe("string");
       expect(body.error.message.length).toBeGreaterThan(0);
@@ -215,7 +215,7 @@ describe("bad input → OpenAI-style 4xx, never a crash", () => {
 
   test("the context error says so", async () => {
     const res = await post(`${server.url}/v1/completions`, { prompt: new Array(5000).fill(1) });
-    expect((await res.json()).error.message).toContain("context limit");
+    expect(((await res.json()) as any).error.message).toContain("context limit");
   });
 
   test("the openai client raises its usual error classes", async () => {
@@ -240,7 +240,7 @@ describe("--api-key", () => {
     for (const auth of [undefined, "Bearer wrong", "Bearer s3cret-ke", "Bearer s3cret-key2", "s3cret-key"]) {
       const res = await fetch(`${locked.url}/v1/models`, { headers: auth ? { Authorization: auth } : {} });
       expect(res.status).toBe(401);
-      expect((await res.json()).error.code).toBe("invalid_api_key");
+      expect(((await res.json()) as any).error.code).toBe("invalid_api_key");
     }
     expect((await fetch(`${locked.url}/health`)).status).toBe(200);
   });

@@ -31,7 +31,7 @@ export interface Job<D, R> {
 
 /** Between tokens the engine computes synchronously; this turn of the event loop is when a
  *  client's disconnect, and new requests joining the queue, are noticed. */
-const breathe = () => Bun.sleep(0);
+const breathe = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 const encoder = new TextEncoder();
 const sse = (payload: unknown) => encoder.encode(`data: ${JSON.stringify(payload)}\n\n`);
