@@ -1,6 +1,9 @@
 // The whole model against the independent float64 reference (tools/reference/), on tiny models
 // that make every MODEL.md §7 trap visible, plus the determinism contract of docs/NUMERICS.md.
-import { beforeAll, describe, expect, test } from "bun:test";
+import { beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+
+// These tests open many engines; bun's 5 s default is too tight on a busy 2-core machine.
+setDefaultTimeout(120_000);
 import { Engine } from "../src/engine.ts";
 import { loadKernels } from "../src/kernels.ts";
 import { ALL_TRAPS, ReferenceModel } from "../tools/reference/model.ts";

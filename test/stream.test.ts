@@ -1,7 +1,10 @@
 // Streaming within a RAM budget (issue 4): same ids and bit-identical logits at every budget from
 // the floor to everything resident, with prefetch and lookahead on and off, at 1 and 2 threads;
 // and faults that must stop generation with an error naming the tensor.
-import { beforeAll, describe, expect, test } from "bun:test";
+import { beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+
+// These tests open many engines; bun's 5 s default is too tight on a busy 2-core machine.
+setDefaultTimeout(120_000);
 import { copyFileSync, cpSync, openSync, readdirSync, readFileSync, statSync, truncateSync, writeSync, closeSync } from "node:fs";
 import { join } from "node:path";
 import { openCheckpoint } from "../src/checkpoint/catalogue.ts";
@@ -110,6 +113,36 @@ describe("bit-identical at every budget", () => {
     const ck = openCheckpoint(dir);
     expect(io.expertBytesRead).toBe((io.expertRequests - io.expertHits) * ck.layout.census.expertBytes);
     expect(io.lookaheadIssued).toBe(0);
+  });
+});
+
+describe("chunked prefill", () => {
+  test("the trunk is read once per chunk and each distinct expert once per chunk", () => {
+    const ck = openCheckpoint(dir);
+    const streamedTrunk = (e: Engine) => e.plan!.streamedLayers.reduce((a, L) => a + ck.layout.census.trunkBytesPerLayer[L]!, 0);
+    const prefill = (chunk: number) => {
+      // the floor for this chunk size: nothing pinned, one ring slot, top-k expert slots
+      const floor = String(floorBytes({ ...planInput(dir, 0), prefillChunk: chunk }, 2, chunk));
+      const e = Engine.open(dir, { ram: floor, threads: 2, chunk, lookahead: false, prefetch: false });
+      try {
+        const before = e.stats();
+        e.prefill(e.createSession(), PROMPT);
+        const after = e.stats();
+        return { trunk: after.trunkBytesRead - before.trunkBytesRead, experts: after.expertBytesRead - before.expertBytesRead, perLayer: streamedTrunk(e) };
+      } finally {
+        e.close();
+      }
+    };
+    const one = prefill(PROMPT.length); // one chunk
+    const each = prefill(1); // a chunk per token
+    expect(one.perLayer).toBeGreaterThan(0);
+    expect(each.perLayer).toBe(one.perLayer);
+    // Both read the embedding rows and (once, after the last chunk) the head; the streamed
+    // layers are read once per chunk: 1 time vs 8 times.
+    expect(each.trunk - one.trunk).toBe((PROMPT.length - 1) * one.perLayer);
+    // one chunk reads each distinct expert once: never more than one token-at-a-time prefill
+    expect(one.experts).toBeLessThan(each.experts);
+    expect(one.experts % ck.layout.census.expertBytes).toBe(0);
   });
 });
 
