@@ -3,6 +3,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import OpenAI from "openai";
 import type { Engine } from "../src/engine.ts";
+import { chatChunkJson, chatCompletionJson, toolCallsJson } from "../src/server/openai.ts";
 import type { K3Server } from "../src/server/server.ts";
 import { directGreedy, openTinyEngine, post, readSse, serve } from "./server.helpers.ts";
 
@@ -261,4 +262,26 @@ test("raw SSE framing: data lines, [DONE] last", async () => {
   const events = await readSse(res);
   expect(events.at(-1)!.data).toBe("[DONE]");
   expect(events.slice(0, -1).every((e) => e.data.object === "chat.completion.chunk")).toBe(true);
+});
+
+test("tool calls come back in OpenAI's shape with finish_reason tool_calls", () => {
+  // Random tiny weights never write a tool call, so the mapping is checked on a parsed result.
+  const stats = { promptTokens: 9, generatedTokens: 4, prefillMs: 1, decodeMs: 2, msPerToken: 0.5, stopReason: "stop", peakRssBytes: 1,
+    io: { trunkBytesRead: 10, expertBytesRead: 5, reads: 1, expertRequests: 2, expertHits: 1, lookaheadIssued: 0, lookaheadUsed: 0, ioWaitMs: 0, directIo: true },
+    ioPerToken: { bytesRead: 3.75, trunkBytes: 2.5, expertBytes: 1.25, reads: 0.25, hits: 0.25 } } as const;
+  const result = { reasoning: "need weather", content: "", finishReason: "tool_calls" as const, usage: { promptTokens: 9, completionTokens: 4, cachedTokens: 0 }, stats: stats as any,
+    toolCalls: [{ index: 1, name: "get_weather", arguments: '{"city":"Paris"}' }] };
+  const body = chatCompletionJson({ id: "chatcmpl-abc", created: 1, model: "tiny-a" }, result);
+  expect(body.choices[0]!.finish_reason).toBe("tool_calls");
+  expect(body.choices[0]!.message).toEqual({
+    role: "assistant",
+    content: null,
+    reasoning_content: "need weather",
+    tool_calls: [{ id: expect.stringMatching(/^call_/), type: "function", function: { name: "get_weather", arguments: '{"city":"Paris"}' } }],
+  } as any);
+  expect(JSON.parse(body.choices[0]!.message.tool_calls![0]!.function.arguments)).toEqual({ city: "Paris" });
+  expect(body.k3.bytes_read).toBe(15);
+  const calls = toolCallsJson(result.toolCalls, "chatcmpl-abc");
+  const chunk = chatChunkJson({ id: "chatcmpl-abc", created: 1, model: "tiny-a" }, { tool_calls: calls.map((c, index) => ({ index, ...c })) }, null);
+  expect(chunk.choices[0]!.delta).toEqual({ tool_calls: [{ index: 0, ...calls[0]! }] });
 });
