@@ -99,8 +99,10 @@ export interface GenerationStats {
   decodeMs: number;
   msPerToken: number;
   stopReason: "length" | "stop" | "cancelled" | "context";
-  io: WeightStats; // counters accumulated during this generation
-  ioPerToken: { bytesRead: number; trunkBytes: number; expertBytes: number; reads: number; hits: number };
+  io: WeightStats; // counters accumulated during this generation (prefill + decode)
+  decodeSteps: number; // forward passes of one token after the prefill
+  /** Decode only: counters of the decode steps divided by their number (0 without decode steps). */
+  ioPerToken: { bytesRead: number; trunkBytes: number; expertBytes: number; reads: number; hits: number; requests: number };
   peakRssBytes: number;
 }
 
@@ -304,6 +306,8 @@ export class Engine {
       throw new K3Error("USAGE", `prompt of ${promptTokens} tokens does not fit the context limit (${this.context} tokens, ${session.position} used)`);
     let logits = this.prefill(session, prompt, opts.onPrefill);
     const prefillMs = performance.now() - t0;
+    const afterPrefill = this.weights.stats();
+    let decodeSteps = 0;
     let generated = 0;
     let stopReason: GenerationStats["stopReason"] = "length";
     let decodeMs = 0;
@@ -332,26 +336,30 @@ export class Engine {
       }
       const s = performance.now();
       logits = this.forward(session, session.pending.splice(0));
+      decodeSteps++;
       stepMs = performance.now() - s;
       decodeMs += stepMs;
     }
     const after = this.weights.stats();
     const io = diffStats(after, before);
-    const steps = Math.max(1, generated);
+    const dec = diffStats(after, afterPrefill);
+    const per = (x: number) => (decodeSteps > 0 ? x / decodeSteps : 0);
     return {
       promptTokens,
       generatedTokens: generated,
       prefillMs,
       decodeMs,
-      msPerToken: generated > 1 ? decodeMs / (generated - 1) : prefillMs,
+      msPerToken: decodeSteps > 0 ? decodeMs / decodeSteps : prefillMs,
       stopReason,
       io,
+      decodeSteps,
       ioPerToken: {
-        bytesRead: (io.trunkBytesRead + io.expertBytesRead) / steps,
-        trunkBytes: io.trunkBytesRead / steps,
-        expertBytes: io.expertBytesRead / steps,
-        reads: io.reads / steps,
-        hits: io.expertHits / steps,
+        bytesRead: per(dec.trunkBytesRead + dec.expertBytesRead),
+        trunkBytes: per(dec.trunkBytesRead),
+        expertBytes: per(dec.expertBytesRead),
+        reads: per(dec.reads),
+        hits: per(dec.expertHits),
+        requests: per(dec.expertRequests),
       },
       peakRssBytes: peakRssBytes(),
     };

@@ -18,6 +18,7 @@ const main = defineCommand({
     run: lazy(() => import("./commands/run.ts")),
     chat: lazy(() => import("./commands/chat.ts")),
     verify: lazy(() => import("./commands/verify.ts")),
+    bench: lazy(() => import("./commands/bench.ts")),
     "simulate-cache": lazy(() => import("./commands/simulate-cache.ts")),
     plan: lazy(() => import("./commands/plan.ts")),
     serve: lazy(() => import("./commands/serve.ts")),
