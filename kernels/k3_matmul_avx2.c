@@ -1,0 +1,174 @@
+/* AVX2 matmuls: the k3.h order with lanes 0–7 in one ymm and lanes 8–15 in another, blocked over
+ * rows and tokens (k3_matmul_internal.h). Bit-identical to the scalar functions in k3_matmul.c.
+ *
+ * Blocks (16 ymm registers; each (row, token) keeps its own two accumulators):
+ *  - one token: 4 rows (8 accumulators): 4 independent add chains, one x load per 4 rows;
+ *  - several tokens: 2 rows × 2 tokens (8 accumulators): one weight load / decode per 2 tokens.
+ * MXFP4 decode: 4 vector ops per 8 weights (e2m1x8_avx2). */
+#include "k3_matmul_internal.h"
+#include <immintrin.h>
+
+#define TAVX2 __attribute__((target("avx2")))
+#define INLINE __attribute__((always_inline)) static inline
+#define UNROLL _Pragma("clang loop unroll(full)")
+/* Rows per MXFP4 block for one token (2 or 4); a build knob for the bench. */
+#ifndef K3_MX2_RB1
+#define K3_MX2_RB1 4
+#endif
+/* Software prefetch distance (bytes ahead in each row stream; 0 = none). A block reads RB rows
+ * side by side, i.e. RB interleaved streams. */
+#ifndef K3_PF
+#define K3_PF 1024
+#endif
+
+/* Lanes 0–7 in a, 8–15 in b → halving tree → v[0]. Matches k3_tree16. */
+TAVX2 INLINE float tree_avx2(__m256 a, __m256 b) {
+  __m256 s8 = _mm256_add_ps(a, b);                                                  /* j<8 */
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1)); /* j<4 */
+  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));                                /* j<2 */
+  __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));                            /* j=0 */
+  return _mm_cvtss_f32(s1);
+}
+
+/* ---------------------------------------------------------------- bf16 / f32 */
+TAVX2 INLINE __m256 load_w8(const void* W, int64_t i, const int bf16) {
+  if (!bf16) return _mm256_loadu_ps((const float*)W + i);
+  __m128i h = _mm_loadu_si128((const __m128i*)((const uint16_t*)W + i));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+INLINE float w_at(const void* W, int64_t i, const int bf16) {
+  return bf16 ? k3_bf16(((const uint16_t*)W)[i]) : ((const float*)W)[i];
+}
+
+/* Rows r..r+RB−1, tokens t0..t0+TB−1 (RB·TB ≤ 4, compile-time after inlining). */
+TAVX2 INLINE void dense_block(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB,
+                              const int bf16) {
+  const int32_t cols = j->cols, n16 = cols - cols % 16;
+  const float* X = j->X + (int64_t)t0 * cols;   /* [TB][cols] */
+  __m256 lo[4][2], hi[4][2];                    /* [row][token]: lanes 0–7 / 8–15 */
+  UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++)
+    lo[i][t] = hi[i][t] = _mm256_setzero_ps();
+  for (int32_t c = 0; c < n16; c += 16) {
+    UNROLL for (int i = 0; i < RB; i++) {
+      if (K3_PF) _mm_prefetch((const char*)j->W + ((r + i) * cols + c) * (bf16 ? 2 : 4) + K3_PF, _MM_HINT_T0);
+      __m256 w0 = load_w8(j->W, (r + i) * cols + c, bf16), w1 = load_w8(j->W, (r + i) * cols + c + 8, bf16);
+      UNROLL for (int t = 0; t < TB; t++) {
+        const float* x = X + (int64_t)t * cols + c;
+        lo[i][t] = _mm256_add_ps(lo[i][t], _mm256_mul_ps(w0, _mm256_loadu_ps(x)));
+        hi[i][t] = _mm256_add_ps(hi[i][t], _mm256_mul_ps(w1, _mm256_loadu_ps(x + 8)));
+      }
+    }
+  }
+  UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++) {
+    float s = tree_avx2(lo[i][t], hi[i][t]);
+    for (int32_t c = n16; c < cols; c++) { float p = w_at(j->W, (r + i) * cols + c, bf16) * X[(int64_t)t * cols + c]; s += p; }
+    j->Y[(int64_t)(t0 + t) * j->rows + r + i] = s;
+  }
+}
+
+/* Rows in blocks of 4 (leftover rows one at a time); token pairs as two 2×2 blocks, a last
+ * single token as one 4×1 block. */
+TAVX2 INLINE void dense_rows(const mm_job* j, int64_t r0, int64_t r1, const int bf16) {
+  const int32_t T = j->T;
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) {
+    int32_t t = 0;
+    for (; t + 2 <= T; t += 2) { dense_block(j, r, t, 2, 2, bf16); dense_block(j, r + 2, t, 2, 2, bf16); }
+    if (t < T) dense_block(j, r, t, 4, 1, bf16);
+  }
+  for (; r < r1; r++) {
+    int32_t t = 0;
+    for (; t + 4 <= T; t += 4) dense_block(j, r, t, 1, 4, bf16);
+    for (; t < T; t++) dense_block(j, r, t, 1, 1, bf16);
+  }
+}
+
+TAVX2 void k3_mm_bf16_avx2(const mm_job* j, int64_t r0, int64_t r1) { dense_rows(j, r0, r1, 1); }
+TAVX2 void k3_mm_f32_avx2(const mm_job* j, int64_t r0, int64_t r1) { dense_rows(j, r0, r1, 0); }
+
+/* ---------------------------------------------------------------- MXFP4 */
+/* The 8 E2M1 magnitudes as f32 bits, each xor'd with (k << 28) for its index k = 0..7 (see below). */
+static const uint32_t MAG_XK[8] = {
+  0x00000000u ^ (0u << 28), 0x3F000000u ^ (1u << 28), 0x3F800000u ^ (2u << 28), 0x3FC00000u ^ (3u << 28),
+  0x40000000u ^ (4u << 28), 0x40400000u ^ (5u << 28), 0x40800000u ^ (6u << 28), 0x40C00000u ^ (7u << 28),
+};
+
+/* 8 consecutive columns from one broadcast 32-bit word, 4 vector ops: v = word >> 4m puts nibble
+ * m (= column m) in bits 0–3 of lane m; vpermps picks MAG_XK[n & 7] (it reads bits 0–2 only);
+ * xor with v << 28 (= n << 28 exactly, higher bits shift out) cancels the k << 28 folded into the
+ * table and sets bit 31 to the nibble's bit 3: the float of E2M1[n], −0 for n = 8 included. */
+TAVX2 INLINE __m256 e2m1x8_avx2(const uint8_t* p4, __m256 magxk, __m256i shr) {
+  int32_t word;
+  memcpy(&word, p4, 4);
+  __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32(word), shr);
+  return _mm256_xor_ps(_mm256_permutevar8x32_ps(magxk, v), _mm256_castsi256_ps(_mm256_slli_epi32(v, 28)));
+}
+
+/* One group g of rows r..r+RB−1 for tokens t0..t0+TB−1. Lanes 0–7 (half 0: bytes 0–3 and 8–11)
+ * then lanes 8–15 (half 1: bytes 4–7 and 12–15), so only two decoded vectors are live at a time.
+ * MASKED: some row of the block has scale 255 here; its q is AND-ed to +0, and acc + (+0) = acc
+ * exactly because acc (started at +0) is never −0 under round-to-nearest — i.e. skipped. */
+TAVX2 INLINE void mx_group(__m256 acc[2][4][2], const uint8_t* P, int64_t rb, const uint8_t* S, int32_t G,
+                           const float* X, int32_t cols, int32_t g, __m256 magxk, __m256i shr,
+                           const int RB, const int TB, const int MASKED) {
+  UNROLL for (int h = 0; h < 2; h++) UNROLL for (int i = 0; i < RB; i++) {
+    const uint8_t* b = P + i * rb + g * 16 + 4 * h;
+    if (K3_PF && h == 0) _mm_prefetch((const char*)b + K3_PF, _MM_HINT_T0);
+    __m256 wa = e2m1x8_avx2(b, magxk, shr);      /* columns c0+8h .. c0+8h+7 */
+    __m256 wb = e2m1x8_avx2(b + 8, magxk, shr);  /* columns c0+16+8h .. c0+16+8h+7 */
+    uint8_t sc = S[i * G + g];
+    __m256 s = _mm256_set1_ps(k3_e8m0(sc));
+    UNROLL for (int t = 0; t < TB; t++) {
+      const float* xg = X + (int64_t)t * cols + g * 32 + 8 * h;
+      __m256 p = _mm256_add_ps(_mm256_mul_ps(wa, _mm256_loadu_ps(xg)), _mm256_mul_ps(wb, _mm256_loadu_ps(xg + 16)));
+      __m256 q = _mm256_mul_ps(p, s);
+      if (MASKED) q = _mm256_and_ps(q, _mm256_castsi256_ps(_mm256_set1_epi32(sc == 255 ? 0 : -1)));
+      acc[h][i][t] = _mm256_add_ps(acc[h][i][t], q);
+    }
+  }
+}
+
+/* Rows r..r+RB−1, tokens t0..t0+TB−1 (RB·TB ≤ 4). */
+TAVX2 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB) {
+  const int32_t cols = j->cols, G = cols / 32;
+  const int64_t rb = cols / 2;
+  const uint8_t* P = (const uint8_t*)j->W + r * rb;  /* [RB][cols/2] */
+  const uint8_t* S = j->S + r * G;                   /* [RB][G] */
+  const float* X = j->X + (int64_t)t0 * cols;        /* [TB][cols] */
+  const __m256 magxk = _mm256_loadu_ps((const float*)MAG_XK);
+  const __m256i shr = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+  __m256 acc[2][4][2];                               /* [half][row][token] */
+  UNROLL for (int h = 0; h < 2; h++) UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++)
+    acc[h][i][t] = _mm256_setzero_ps();
+  for (int32_t g = 0; g < G; g++) {
+    int nan_any = 0;
+    UNROLL for (int i = 0; i < RB; i++) nan_any |= S[i * G + g] == 255;
+    if (__builtin_expect(!nan_any, 1)) mx_group(acc, P, rb, S, G, X, cols, g, magxk, shr, RB, TB, 0);
+    else mx_group(acc, P, rb, S, G, X, cols, g, magxk, shr, RB, TB, 1);
+  }
+  UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++)
+    j->Y[(int64_t)(t0 + t) * j->rows + r + i] = tree_avx2(acc[0][i][t], acc[1][i][t]);
+}
+
+/* Rows in blocks of 4 (leftover rows one at a time); token pairs as two 2×2 blocks, a last
+ * single token as one 4×1 block. */
+TAVX2 void k3_mm_mxfp4_avx2(const mm_job* j, int64_t r0, int64_t r1) {
+  const int32_t T = j->T;
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) {
+    int32_t t = 0;
+    for (; t + 2 <= T; t += 2) { mx_block(j, r, t, 2, 2); mx_block(j, r + 2, t, 2, 2); }
+    if (t < T) {
+#if K3_MX2_RB1 == 2
+      mx_block(j, r, t, 2, 1); mx_block(j, r + 2, t, 2, 1);
+#else
+      mx_block(j, r, t, 4, 1);
+#endif
+    }
+  }
+  for (; r < r1; r++) {
+    int32_t t = 0;
+    for (; t + 2 <= T; t += 2) mx_block(j, r, t, 1, 2);
+    for (; t < T; t++) mx_block(j, r, t, 1, 1);
+  }
+}

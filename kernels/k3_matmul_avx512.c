@@ -1,0 +1,180 @@
+/* AVX-512 (F + BW) matmuls: the k3.h order with all 16 lanes in one zmm, blocked over rows and
+ * tokens (k3_matmul_internal.h). Bit-identical to the scalar functions in k3_matmul.c.
+ *
+ * Blocks (each output keeps its own accumulator, so blocking never changes a bit):
+ *  - bf16 / f32: 4 rows × up to 4 tokens; 16 accumulators + 4 weight vectors + 1 x vector fit
+ *    the 32 zmm. One weight load serves 4 tokens, one x load serves 4 rows, and 4..16
+ *    independent add chains hide the add latency (one chain per row was latency-bound).
+ *  - MXFP4: 4 rows × 1 token (decode) or 2 rows × up to 4 tokens (prefill / expert batches).
+ *
+ * MXFP4 decode, 2 vector ops per 16 weights: one 64-bit broadcast load of the 8 bytes holding 16
+ * nibbles, one vpsrlvd by [0,0,4,4,…,28,28] and one vpermps of the 16 signed E2M1 floats (it reads
+ * only index bits 0–3, so no mask). Dword lane 2q holds the low word (nibbles 0–7) shifted by 4q,
+ * lane 2q+1 the high word (nibbles 8–15): register lane k carries logical lane π(k) with
+ * π(2q) = q, π(2q+1) = 8+q — the same π for the c0..c0+15 half and the c0+16..c0+31 half, so
+ * the pairing p[j] = w(c0+j)x(c0+j) + w(c0+16+j)x(c0+16+j) holds lane by lane once x is loaded
+ * in π order (one vpermps per 16 x, shared by the block's rows). Before the halving tree the
+ * accumulator is permuted back to logical order. */
+#include "k3_matmul_internal.h"
+#include <immintrin.h>
+
+#define T512 __attribute__((target("avx512f,avx512bw")))
+#define INLINE __attribute__((always_inline)) static inline
+#define UNROLL _Pragma("clang loop unroll(full)")
+/* Software prefetch distance (bytes ahead in each row stream). A block reads RB rows side by side,
+ * i.e. RB interleaved streams; the hardware prefetcher alone does not keep up with that. */
+#ifndef K3_PF
+#define K3_PF 1024
+#endif
+
+/* All 16 lanes in one zmm → halving tree. Matches k3_tree16 (upper 256 bits are lanes 8–15). */
+T512 INLINE float tree_avx512(__m512 v) {
+  __m256 lo = _mm512_castps512_ps256(v);
+  __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  __m256 s8 = _mm256_add_ps(lo, hi);
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+  return _mm_cvtss_f32(s1);
+}
+
+/* ---------------------------------------------------------------- bf16 / f32 */
+T512 INLINE __m512 load_w16(const void* W, int64_t i, const int bf16) {
+  if (!bf16) return _mm512_loadu_ps((const float*)W + i);
+  __m256i h = _mm256_loadu_si256((const __m256i*)((const uint16_t*)W + i));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+INLINE float w_at(const void* W, int64_t i, const int bf16) {
+  return bf16 ? k3_bf16(((const uint16_t*)W)[i]) : ((const float*)W)[i];
+}
+
+/* Rows r..r+RB−1, tokens t0..t0+TB−1 (RB, TB ≤ 4, compile-time after inlining). */
+T512 INLINE void dense_block(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB,
+                             const int bf16) {
+  const int32_t cols = j->cols, n16 = cols - cols % 16;
+  const float* X = j->X + (int64_t)t0 * cols;   /* [TB][cols] */
+  __m512 acc[4][4];                             /* [row][token], lane j ← columns ≡ j mod 16 */
+  UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++) acc[i][t] = _mm512_setzero_ps();
+  for (int32_t c = 0; c < n16; c += 16) {
+    __m512 w[4];
+    UNROLL for (int i = 0; i < RB; i++) {
+      const char* wp = (const char*)j->W + ((r + i) * cols + c) * (bf16 ? 2 : 4);
+      if (K3_PF) _mm_prefetch(wp + K3_PF, _MM_HINT_T0);
+      w[i] = load_w16(j->W, (r + i) * cols + c, bf16);
+    }
+    UNROLL for (int t = 0; t < TB; t++) {
+      __m512 x = _mm512_loadu_ps(X + (int64_t)t * cols + c);
+      UNROLL for (int i = 0; i < RB; i++) acc[i][t] = _mm512_add_ps(acc[i][t], _mm512_mul_ps(w[i], x));
+    }
+  }
+  UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++) {
+    float s = tree_avx512(acc[i][t]);
+    for (int32_t c = n16; c < cols; c++) { float p = w_at(j->W, (r + i) * cols + c, bf16) * X[(int64_t)t * cols + c]; s += p; }
+    j->Y[(int64_t)(t0 + t) * j->rows + r + i] = s;
+  }
+}
+
+/* Rows in blocks of 4 (leftover rows one at a time), tokens in blocks of 4 then the tail. */
+T512 INLINE void dense_rows(const mm_job* j, int64_t r0, int64_t r1, const int bf16) {
+  const int32_t T = j->T;
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) {
+    int32_t t = 0;
+    for (; t + 4 <= T; t += 4) dense_block(j, r, t, 4, 4, bf16);
+    switch (T - t) {
+      case 3: dense_block(j, r, t, 4, 3, bf16); break;
+      case 2: dense_block(j, r, t, 4, 2, bf16); break;
+      case 1: dense_block(j, r, t, 4, 1, bf16); break;
+    }
+  }
+  for (; r < r1; r++) {
+    int32_t t = 0;
+    for (; t + 4 <= T; t += 4) dense_block(j, r, t, 1, 4, bf16);
+    for (; t < T; t++) dense_block(j, r, t, 1, 1, bf16);
+  }
+}
+
+T512 void k3_mm_bf16_avx512(const mm_job* j, int64_t r0, int64_t r1) { dense_rows(j, r0, r1, 1); }
+T512 void k3_mm_f32_avx512(const mm_job* j, int64_t r0, int64_t r1) { dense_rows(j, r0, r1, 0); }
+
+/* ---------------------------------------------------------------- MXFP4 */
+/* 16 weights (8 packed bytes) in π lane order (see the top of the file). */
+T512 INLINE __m512 e2m1x16_pi(const uint8_t* p8, __m512 tab, __m512i cnt) {
+  int64_t q;
+  memcpy(&q, p8, 8);
+  return _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_set1_epi64(q), cnt), tab);
+}
+
+/* Rows r..r+RB−1, tokens t0..t0+TB−1. A group whose scale is 255 in any of the block's rows
+ * takes the masked path (merge-masked add = the group is skipped for that row, exactly). */
+T512 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB) {
+  const int32_t cols = j->cols, G = cols / 32;
+  const int64_t rb = cols / 2;
+  const uint8_t* P = (const uint8_t*)j->W + r * rb;  /* [RB][cols/2] */
+  const uint8_t* S = j->S + r * G;                   /* [RB][G] */
+  const float* X = j->X + (int64_t)t0 * cols;        /* [TB][cols] */
+  const __m512 tab = _mm512_loadu_ps(k3_e2m1);
+  const __m512i cnt = _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
+  const __m512i pi = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+  __m512 acc[4][4];                                  /* [row][token], register lane k = lane π(k) */
+  UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++) acc[i][t] = _mm512_setzero_ps();
+  for (int32_t g = 0; g < G; g++) {
+    __m512 wa[4], wb[4], s[4];
+    int nan_any = 0;
+    UNROLL for (int i = 0; i < RB; i++) {
+      const uint8_t* b = P + i * rb + g * 16;
+      if (K3_PF) _mm_prefetch((const char*)b + K3_PF, _MM_HINT_T0);
+      wa[i] = e2m1x16_pi(b, tab, cnt);        /* columns c0 .. c0+15 */
+      wb[i] = e2m1x16_pi(b + 8, tab, cnt);    /* columns c0+16 .. c0+31 */
+      uint8_t sc = S[i * G + g];
+      nan_any |= sc == 255;
+      s[i] = _mm512_set1_ps(k3_e8m0(sc));
+    }
+    if (__builtin_expect(!nan_any, 1)) {
+      UNROLL for (int t = 0; t < TB; t++) {
+        const float* xg = X + (int64_t)t * cols + g * 32;
+        __m512 xa = _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg));
+        __m512 xb = _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg + 16));
+        UNROLL for (int i = 0; i < RB; i++) {
+          __m512 p = _mm512_add_ps(_mm512_mul_ps(wa[i], xa), _mm512_mul_ps(wb[i], xb));
+          acc[i][t] = _mm512_add_ps(acc[i][t], _mm512_mul_ps(p, s[i]));
+        }
+      }
+    } else {
+      UNROLL for (int t = 0; t < TB; t++) {
+        const float* xg = X + (int64_t)t * cols + g * 32;
+        __m512 xa = _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg));
+        __m512 xb = _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg + 16));
+        UNROLL for (int i = 0; i < RB; i++) {
+          __mmask16 keep = S[i * G + g] == 255 ? 0 : 0xFFFF;
+          __m512 p = _mm512_add_ps(_mm512_mul_ps(wa[i], xa), _mm512_mul_ps(wb[i], xb));
+          acc[i][t] = _mm512_mask_add_ps(acc[i][t], keep, acc[i][t], _mm512_mul_ps(p, s[i]));
+        }
+      }
+    }
+  }
+  const __m512i unpi = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++)
+    j->Y[(int64_t)(t0 + t) * j->rows + r + i] = tree_avx512(_mm512_permutexvar_ps(unpi, acc[i][t]));
+}
+
+/* Rows in blocks of 4 (leftover rows one at a time); one token: 4×1 blocks, several tokens:
+ * 2 rows × 4 tokens (the decoded weights of 2 rows, 8 accumulators and x fit the registers). */
+T512 void k3_mm_mxfp4_avx512(const mm_job* j, int64_t r0, int64_t r1) {
+  const int32_t T = j->T;
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) {
+    int32_t t = 0;
+    for (; t + 4 <= T; t += 4) { mx_block(j, r, t, 2, 4); mx_block(j, r + 2, t, 2, 4); }
+    switch (T - t) {
+      case 3: mx_block(j, r, t, 2, 3); mx_block(j, r + 2, t, 2, 3); break;
+      case 2: mx_block(j, r, t, 2, 2); mx_block(j, r + 2, t, 2, 2); break;
+      case 1: mx_block(j, r, t, 4, 1); break;
+    }
+  }
+  for (; r < r1; r++) {
+    int32_t t = 0;
+    for (; t + 4 <= T; t += 4) mx_block(j, r, t, 1, 4);
+    for (; t < T; t++) mx_block(j, r, t, 1, 1);
+  }
+}

@@ -1,0 +1,41 @@
+/* Shared by the matmul files: k3_matmul.c (scalar reference order + dispatch),
+ * k3_matmul_avx2.c and k3_matmul_avx512.c (the same order, blocked for speed).
+ *
+ * Blocking never changes a bit: each output Y[t][r] keeps its own accumulators and sees exactly
+ * the operations of k3.h in the same order; blocks only interleave independent (row, token)
+ * sums so that one weight load / decode serves several tokens, one x load serves several rows,
+ * and several add-latency chains run at once. */
+#ifndef K3_MATMUL_INTERNAL_H
+#define K3_MATMUL_INTERNAL_H
+#include "k3_internal.h"
+
+typedef struct {
+  const void* W;          /* bf16 / f32 [rows][cols], or MXFP4 packed [rows][cols/2] */
+  const uint8_t* S;       /* MXFP4 scales [rows][cols/32] */
+  const float* X;         /* [T][cols] */
+  float* Y;               /* [T][rows] */
+  int32_t rows, cols, T, isa;
+} mm_job;
+
+/* Computes rows [r0, r1) for all T tokens. */
+typedef void (*mm_rows_fn)(const mm_job*, int64_t r0, int64_t r1);
+
+/* E2M1 values by nibble: bits 0–2 index [0, .5, 1, 1.5, 2, 3, 4, 6], bit 3 = sign (8 = −0). */
+extern const float k3_e2m1[16];
+/* E8M0 scale 2^(s−127) as f32 bits for every s: s = 0 is the subnormal 2^-127 (0x00400000, a
+ * naive s<<23 would give 0); s = 255 (NaN) maps to +inf but is never applied (group skipped).
+ * A table so the vector paths broadcast the scale straight from memory (a load, no shuffle). */
+extern const uint32_t k3_e8m0_bits[256];
+static inline float k3_e8m0(uint8_t s) {
+  float f;
+  memcpy(&f, &k3_e8m0_bits[s], 4);
+  return f;
+}
+
+void k3_mm_bf16_avx2(const mm_job* j, int64_t r0, int64_t r1);
+void k3_mm_f32_avx2(const mm_job* j, int64_t r0, int64_t r1);
+void k3_mm_mxfp4_avx2(const mm_job* j, int64_t r0, int64_t r1);
+void k3_mm_bf16_avx512(const mm_job* j, int64_t r0, int64_t r1);
+void k3_mm_f32_avx512(const mm_job* j, int64_t r0, int64_t r1);
+void k3_mm_mxfp4_avx512(const mm_job* j, int64_t r0, int64_t r1);
+#endif
