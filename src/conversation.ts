@@ -221,7 +221,9 @@ function startGeneration(engine: Engine, session: Session, ids: number[], opts: 
   const configured = createSampler(samplerOptions(opts));
   // Greedy goes through the engine's own argmax (same rule: lowest id on ties).
   const sampler: Sampler | undefined = opts.temperature ? configured : undefined;
-  const cachedTokens = reusablePrefix(session.tokens, ids);
+  // A restored session whose every token (including the pending last one) is the prompt: continue.
+  const continues = session.pending.length > 0 && session.tokens.length === ids.length && session.tokens.every((t, i) => t === ids[i]);
+  const cachedTokens = continues ? ids.length : reusablePrefix(session.tokens, ids);
   if (cachedTokens === 0 && session.tokens.length > 0) session.reset();
   const feed = ids.slice(cachedTokens);
 

@@ -75,3 +75,19 @@ describe("sessions", () => {
     }
   });
 });
+
+describe("k3 run --save-session / --load-session", () => {
+  test("a run saved after 5 tokens and continued for 7 prints the same ids as one run of 12", async () => {
+    const dir = await tinyModel("tiny-a");
+    const file = join(scratchDir("sess-cli"), "s.k3session");
+    const cli = (args: string[]) => {
+      const p = Bun.spawnSync([process.execPath, "src/cli/main.ts", "run", dir, "--threads", "1", "--json", ...args], { stdin: "ignore", env: { ...process.env, NO_COLOR: "1" } });
+      expect(p.exitCode).toBe(0);
+      return JSON.parse(p.stdout.toString()).generated_ids as number[];
+    };
+    const whole = cli(["--ids", "5,17,300", "--gen", "12"]);
+    const first = cli(["--ids", "5,17,300", "--gen", "5", "--save-session", file]);
+    const rest = cli(["--load-session", file, "--gen", "7"]);
+    expect([...first, ...rest]).toEqual(whole);
+  });
+});

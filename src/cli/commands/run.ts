@@ -81,6 +81,8 @@ export default defineCommand({
     ids: { type: "string", description: "prompt as token ids, e.g. 1,2,3 (prints ids)" },
     gen: { type: "string", description: "tokens to generate (default 32)" },
     json: { type: "boolean", description: "print one JSON object (prompt_ids, generated_ids, generated_text, timings, stats)" },
+    "load-session": { type: "string", description: "continue a session saved with --save-session (the prompt, if any, is appended)" },
+    "save-session": { type: "string", description: "save the session (model state, position, tokens) to FILE when done" },
     ...samplingArgs,
     ...engineArgs,
   },
@@ -95,18 +97,22 @@ export default defineCommand({
     else if (args.prompt !== undefined) prompt = args.prompt;
     else if (args["prompt-file"] !== undefined && args["prompt-file"] !== "-") prompt = readPromptFile(args["prompt-file"]);
     else if (stdinModel || args["prompt-file"] === "-" || !process.stdin.isTTY) prompt = stripOneNewline(await readStdin());
+    else if (args["load-session"]) prompt = [];
     else throw new K3Error("USAGE", "no prompt: use --prompt, --prompt-file, --ids, or pipe text on stdin");
-    if (prompt.length === 0) throw new K3Error("USAGE", "the prompt is empty");
+    if (prompt.length === 0 && !args["load-session"]) throw new K3Error("USAGE", "the prompt is empty");
 
     const dir = await modelDirOrDemo(stdinModel ? undefined : args.model);
     const engine = Engine.open(dir, engineOptions(args));
     try {
       const textOut = typeof prompt === "string";
-      const session = engine.createSession();
+      const session = args["load-session"] ? engine.loadSession(args["load-session"]) : engine.createSession();
+      // A restored session continues: its tokens come first, the new prompt (if any) after them.
+      const promptIds = typeof prompt === "string" ? (prompt.length ? engine.tokenizer().encode(prompt) : []) : prompt;
+      const fullPrompt = args["load-session"] ? [...session.tokens, ...promptIds] : prompt;
       let cancelled = false;
       const onSigint = () => (cancelled = true);
       process.on("SIGINT", onSigint);
-      const it = streamCompletion(engine, session, prompt, {
+      const it = streamCompletion(engine, session, fullPrompt, {
         maxTokens: gen,
         ...sampling,
         shouldStop: () => cancelled,
@@ -132,8 +138,8 @@ export default defineCommand({
         process.off("SIGINT", onSigint);
       }
       const stats = result.stats;
+      if (args["save-session"]) engine.saveSession(session, args["save-session"]);
       if (args.json) {
-        const promptIds = typeof prompt === "string" ? engine.tokenizer().encode(prompt) : prompt;
         const out: Record<string, unknown> = {
           prompt_ids: promptIds,
           generated_ids: result.ids,
