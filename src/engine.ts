@@ -9,7 +9,7 @@ import { K3Error } from "./errors.ts";
 import { loadKernels, type Kernels } from "./kernels.ts";
 import { Model } from "./model/forward.ts";
 import { ResidentWeights } from "./model/resident.ts";
-import { DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, planMemory, type MemoryPlan } from "./memory/plan.ts";
+import { DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, planInputFromCensus, planMemory, type MemoryPlan } from "./memory/plan.ts";
 import type { PolicyName } from "./memory/policy/index.ts";
 import { gib, resolveBudget, usableRam } from "./memory/ram.ts";
 import { StreamingWeights } from "./memory/stream.ts";
@@ -32,7 +32,7 @@ export { StopMatcher } from "./text/stop.ts";
 export { describeCheckpoint, describeMetadata, renderInfo } from "./checkpoint/describe.ts";
 export { catalogueFromMetadata, openCheckpoint } from "./checkpoint/catalogue.ts";
 export { computeCensus } from "./checkpoint/census.ts";
-export { DEFAULT_CONTEXT, planMemory, type MemoryPlan } from "./memory/plan.ts";
+export { DEFAULT_CONTEXT, planInputFromCensus, planMemory, type MemoryPlan } from "./memory/plan.ts";
 export { gib, PRESETS, resolveBudget } from "./memory/ram.ts";
 export { ALL_POLICIES, isPolicyName, nextUseTable } from "./memory/policy/index.ts";
 export { parseSlotList, simulateCache, type SimResult } from "./memory/simulate.ts";
@@ -186,19 +186,7 @@ export class Engine {
       weights = new ResidentWeights(k, cfg, checkpoint.tensors);
     } else {
       const budget = resolveBudget(opts.preset, opts.ram);
-      const census = checkpoint.layout.census;
-      plan = planMemory({
-        cfg,
-        trunkBytesPerLayer: census.trunkBytesPerLayer,
-        expertBytes: census.expertBytes,
-        embedBytes: census.embedBytes,
-        headBytes: census.headBytes,
-        finalBytes: census.finalBytes,
-        budgetBytes: budget.bytes,
-        contextTokens: context,
-        threads,
-        prefillChunk: chunk,
-      });
+      plan = planMemory(planInputFromCensus(cfg, checkpoint.layout.census, budget.bytes, context, threads, chunk));
       // A preset larger than this machine must not push it into swap: what the plan allocates
       // has to fit in usable RAM (MemAvailable and every cgroup limit).
       if (!budget.source.startsWith("auto")) {

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { openCheckpoint } from "../src/checkpoint/catalogue.ts";
 import { Engine } from "../src/engine.ts";
 import { loadKernels } from "../src/kernels.ts";
-import { floorBytes, type PlanInput } from "../src/memory/plan.ts";
+import { floorBytes, planInputFromCensus, type PlanInput } from "../src/memory/plan.ts";
 import { scratchDir, tinyModel } from "./helpers/models.ts";
 
 const PROMPT = [5, 17, 300, 42, 7, 99, 3, 250];
@@ -33,19 +33,7 @@ function run(dir: string, opts: Parameters<typeof Engine.open>[1]) {
 
 function planInput(dir: string, budgetBytes: number): PlanInput {
   const ck = openCheckpoint(dir);
-  const c = ck.layout.census;
-  return {
-    cfg: ck.config,
-    trunkBytesPerLayer: c.trunkBytesPerLayer,
-    expertBytes: c.expertBytes,
-    embedBytes: c.embedBytes,
-    headBytes: c.headBytes,
-    finalBytes: c.finalBytes,
-    budgetBytes,
-    contextTokens: 4096,
-    threads: 2,
-    prefillChunk: 32,
-  };
+  return planInputFromCensus(ck.config, ck.layout.census, budgetBytes, 4096, 2, 32);
 }
 
 /** Budgets from the floor (everything streamed, 1 ring slot, top-k expert slots) to all resident. */

@@ -42,6 +42,29 @@ export interface PlanInput {
   prefillChunk?: number; // tokens per prefill chunk (scratch)
 }
 
+/** The planner's input from a byte census (checkpoint or release metadata). */
+export function planInputFromCensus(
+  cfg: ModelConfig,
+  census: { trunkBytesPerLayer: number[]; expertBytes: number; embedBytes: number; headBytes: number; finalBytes: number },
+  budgetBytes: number,
+  contextTokens: number,
+  threads?: number,
+  prefillChunk?: number,
+): PlanInput {
+  return {
+    cfg,
+    trunkBytesPerLayer: census.trunkBytesPerLayer,
+    expertBytes: census.expertBytes,
+    embedBytes: census.embedBytes,
+    headBytes: census.headBytes,
+    finalBytes: census.finalBytes,
+    budgetBytes,
+    contextTokens,
+    threads,
+    prefillChunk,
+  };
+}
+
 export interface PlanItem {
   name: string;
   bytes: number;

@@ -18,7 +18,7 @@ import { expertTensorNames, LM_HEAD_NAME, LM_MODEL_PREFIX } from "../checkpoint/
 import { K3Error } from "../errors.ts";
 import type { Kernels } from "../kernels.ts";
 import { CBuffers, type CBuf } from "../model/cmem.ts";
-import type { ExpertRef, LayerRef, TensorRef, WeightProvider, WeightStats } from "../model/weights.ts";
+import { zeroStats, type ExpertRef, type LayerRef, type TensorRef, type WeightProvider, type WeightStats } from "../model/weights.ts";
 import { makePolicy, type PolicyName } from "./policy/index.ts";
 import type { EvictionPolicy } from "./policy/types.ts";
 import { ALIGN, buildReadPlan, type ReadPlan } from "./readplan.ts";
@@ -106,18 +106,7 @@ export class StreamingWeights implements WeightProvider {
     this.mem = new CBuffers(k);
     this.N = cfg.numExperts;
     const wantDirect = opts.direct && k.k3_direct_probe(ckpt.shards[0]!.file) === 1;
-    this.counters = {
-      trunkBytesRead: 0,
-      expertBytesRead: 0,
-      reads: 0,
-      expertRequests: 0,
-      expertHits: 0,
-      lookaheadIssued: 0,
-      lookaheadUsed: 0,
-      ioWaitMs: 0,
-      verifyMs: 0,
-      directIo: wantDirect,
-    };
+    this.counters = zeroStats(wantDirect);
     try {
       for (const s of ckpt.shards) {
         const fd = k.k3_file_open(s.file, wantDirect ? 1 : 0);

@@ -7,7 +7,7 @@ import { K3Error } from "../errors.ts";
 import type { ModelConfig, TensorEntry } from "../checkpoint/types.ts";
 import type { Kernels } from "../kernels.ts";
 import { CBuffers } from "./cmem.ts";
-import type { ExpertRef, LayerRef, TensorRef, WeightProvider, WeightStats } from "./weights.ts";
+import { zeroStats, type ExpertRef, type LayerRef, type TensorRef, type WeightProvider, type WeightStats } from "./weights.ts";
 
 const LM = "language_model.model.";
 
@@ -16,18 +16,7 @@ export class ResidentWeights implements WeightProvider {
   private refs = new Map<string, TensorRef>();
   private layers: LayerRef[] = [];
   private pending: number[] = [];
-  private counters: WeightStats = {
-    trunkBytesRead: 0,
-    expertBytesRead: 0,
-    reads: 0,
-    expertRequests: 0,
-    expertHits: 0,
-    lookaheadIssued: 0,
-    lookaheadUsed: 0,
-    ioWaitMs: 0,
-    verifyMs: 0,
-    directIo: false,
-  };
+  private counters: WeightStats = zeroStats(false);
 
   constructor(
     private k: Kernels,

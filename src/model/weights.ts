@@ -42,6 +42,11 @@ export interface WeightStats {
   directIo: boolean;
 }
 
+/** All counters at zero (a provider's starting point). */
+export function zeroStats(directIo: boolean): WeightStats {
+  return { trunkBytesRead: 0, expertBytesRead: 0, reads: 0, expertRequests: 0, expertHits: 0, lookaheadIssued: 0, lookaheadUsed: 0, ioWaitMs: 0, verifyMs: 0, directIo };
+}
+
 export interface WeightProvider {
   /** Embedding row of token `id` as f32 into dst (E floats). */
   embedRow(id: number, dst: number): void;

@@ -3,7 +3,7 @@
 import { defineCommand } from "citty";
 import { availableParallelism } from "node:os";
 import { K3Error } from "../../errors.ts";
-import { catalogueFromMetadata, openCheckpoint, computeCensus, DEFAULT_CONTEXT, planMemory, type MemoryPlan, gib, PRESETS, resolveBudget } from "../../engine.ts";
+import { catalogueFromMetadata, openCheckpoint, computeCensus, DEFAULT_CONTEXT, planMemory, planInputFromCensus, type MemoryPlan, gib, PRESETS, resolveBudget } from "../../engine.ts";
 
 function positiveInt(text: string, what: string): number {
   const n = Number(text);
@@ -75,17 +75,7 @@ export default defineCommand({
     }
     const budget = resolveBudget(args.preset, args.ram);
     const threads = args.threads ? positiveInt(args.threads, "--threads") : availableParallelism();
-    const plan = planMemory({
-      cfg,
-      trunkBytesPerLayer: census.trunkBytesPerLayer,
-      expertBytes: census.expertBytes,
-      embedBytes: census.embedBytes,
-      headBytes: census.headBytes,
-      finalBytes: census.finalBytes,
-      budgetBytes: budget.bytes,
-      contextTokens: positiveInt(args.context, "--context"),
-      threads,
-    });
+    const plan = planMemory(planInputFromCensus(cfg, census, budget.bytes, positiveInt(args.context, "--context") ?? DEFAULT_CONTEXT, threads));
     if (args.json) process.stdout.write(`${JSON.stringify({ model, budgetSource: budget.source, ...plan }, null, 2)}\n`);
     else process.stdout.write(render(plan, budget.source, model));
   },
