@@ -1,0 +1,53 @@
+// What machine a benchmark ran on: CPU, cores, RAM, the disk under the model, kernel, bun.
+import { execFileSync } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
+import { release } from "node:os";
+
+export interface MachineInfo {
+  cpu: string;
+  cores: number; // logical CPUs this process may use
+  memTotalBytes: number;
+  memAvailableBytes: number;
+  disk: { device: string; fsType: string; rotational: string; model: string; size: string };
+  kernel: string;
+  bun: string;
+}
+
+const read = (p: string) => (existsSync(p) ? readFileSync(p, "utf8").trim() : "?");
+
+function meminfo(key: string): number {
+  const m = new RegExp(`^${key}:\\s+(\\d+)\\s*kB`, "m").exec(read("/proc/meminfo"));
+  return m ? Number(m[1]) * 1024 : NaN;
+}
+
+export function machineInfo(modelDir: string): MachineInfo {
+  const cpu = /model name\s*:\s*(.*)/.exec(read("/proc/cpuinfo"))?.[1] ?? "?";
+  let device = "?";
+  let fsType = "?";
+  let size = "?";
+  try {
+    // df -T: Filesystem Type 1K-blocks Used Available Use% Mounted on
+    const line = execFileSync("df", ["-T", modelDir], { encoding: "utf8" }).trim().split("\n")[1]!.split(/\s+/);
+    device = line[0]!;
+    fsType = line[1]!;
+    size = `${(Number(line[2]) / 1024 ** 2).toFixed(0)} GiB`;
+  } catch {
+    /* df missing: leave "?" */
+  }
+  const blk = device.replace(/^\/dev\//, "").replace(/p?\d+$/, "");
+  return {
+    cpu,
+    cores: navigator.hardwareConcurrency,
+    memTotalBytes: meminfo("MemTotal"),
+    memAvailableBytes: meminfo("MemAvailable"),
+    disk: {
+      device,
+      fsType,
+      rotational: read(`/sys/block/${blk}/queue/rotational`),
+      model: read(`/sys/block/${blk}/device/model`),
+      size,
+    },
+    kernel: release(),
+    bun: Bun.version,
+  };
+}
