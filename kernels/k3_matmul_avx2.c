@@ -11,15 +11,9 @@
 #define TAVX2 __attribute__((target("avx2")))
 #define INLINE __attribute__((always_inline)) static inline
 #define UNROLL _Pragma("clang loop unroll(full)")
-/* Rows per MXFP4 block for one token (2 or 4); a build knob for the bench. */
-#ifndef K3_MX2_RB1
-#define K3_MX2_RB1 4
-#endif
-/* Software prefetch distance (bytes ahead in each row stream; 0 = none). A block reads RB rows
- * side by side, i.e. RB interleaved streams. */
-#ifndef K3_PF
-#define K3_PF 1024
-#endif
+/* One-token dense products read rows of at least this many bytes 4 at a time, shorter rows one
+ * at a time (the reason is in k3_matmul_avx512.c, same constant). */
+#define DENSE_BLOCK_MIN_ROW_BYTES 12288
 
 /* Lanes 0–7 in a, 8–15 in b → halving tree → v[0]. Matches k3_tree16. */
 TAVX2 INLINE float tree_avx2(__m256 a, __m256 b) {
@@ -50,7 +44,6 @@ TAVX2 INLINE void dense_block(const mm_job* j, int64_t r, int32_t t0, const int 
     lo[i][t] = hi[i][t] = _mm256_setzero_ps();
   for (int32_t c = 0; c < n16; c += 16) {
     UNROLL for (int i = 0; i < RB; i++) {
-      if (K3_PF) _mm_prefetch((const char*)j->W + ((r + i) * cols + c) * (bf16 ? 2 : 4) + K3_PF, _MM_HINT_T0);
       __m256 w0 = load_w8(j->W, (r + i) * cols + c, bf16), w1 = load_w8(j->W, (r + i) * cols + c + 8, bf16);
       UNROLL for (int t = 0; t < TB; t++) {
         const float* x = X + (int64_t)t * cols + c;
@@ -67,14 +60,18 @@ TAVX2 INLINE void dense_block(const mm_job* j, int64_t r, int32_t t0, const int 
 }
 
 /* Rows in blocks of 4 (leftover rows one at a time); token pairs as two 2×2 blocks, a last
- * single token as one 4×1 block. */
+ * single token as one 4×1 block (long rows) or four 1×1 blocks (short rows). */
 TAVX2 INLINE void dense_rows(const mm_job* j, int64_t r0, int64_t r1, const int bf16) {
   const int32_t T = j->T;
+  const int long_rows = (int64_t)j->cols * (bf16 ? 2 : 4) >= DENSE_BLOCK_MIN_ROW_BYTES;
   int64_t r = r0;
   for (; r + 4 <= r1; r += 4) {
     int32_t t = 0;
     for (; t + 2 <= T; t += 2) { dense_block(j, r, t, 2, 2, bf16); dense_block(j, r + 2, t, 2, 2, bf16); }
-    if (t < T) dense_block(j, r, t, 4, 1, bf16);
+    if (t < T) {
+      if (long_rows) dense_block(j, r, t, 4, 1, bf16);
+      else for (int i = 0; i < 4; i++) dense_block(j, r + i, t, 1, 1, bf16);
+    }
   }
   for (; r < r1; r++) {
     int32_t t = 0;
@@ -113,7 +110,6 @@ TAVX2 INLINE void mx_group(__m256 acc[2][4][2], const uint8_t* P, int64_t rb, co
                            const int RB, const int TB, const int MASKED) {
   UNROLL for (int h = 0; h < 2; h++) UNROLL for (int i = 0; i < RB; i++) {
     const uint8_t* b = P + i * rb + g * 16 + 4 * h;
-    if (K3_PF && h == 0) _mm_prefetch((const char*)b + K3_PF, _MM_HINT_T0);
     __m256 wa = e2m1x8_avx2(b, magxk, shr);      /* columns c0+8h .. c0+8h+7 */
     __m256 wb = e2m1x8_avx2(b + 8, magxk, shr);  /* columns c0+16+8h .. c0+16+8h+7 */
     uint8_t sc = S[i * G + g];
@@ -140,7 +136,9 @@ TAVX2 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB,
   __m256 acc[2][4][2];                               /* [half][row][token] */
   UNROLL for (int h = 0; h < 2; h++) UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++)
     acc[h][i][t] = _mm256_setzero_ps();
+  const char* next = k3_pf_target(P, RB * rb);
   for (int32_t g = 0; g < G; g++) {
+    _mm_prefetch(next + (int64_t)g * RB * 16, _MM_HINT_T0); /* RB·16 ≤ 64 bytes read per group */
     int nan_any = 0;
     UNROLL for (int i = 0; i < RB; i++) nan_any |= S[i * G + g] == 255;
     if (__builtin_expect(!nan_any, 1)) mx_group(acc, P, rb, S, G, X, cols, g, magxk, shr, RB, TB, 0);
@@ -158,13 +156,7 @@ TAVX2 void k3_mm_mxfp4_avx2(const mm_job* j, int64_t r0, int64_t r1) {
   for (; r + 4 <= r1; r += 4) {
     int32_t t = 0;
     for (; t + 2 <= T; t += 2) { mx_block(j, r, t, 2, 2); mx_block(j, r + 2, t, 2, 2); }
-    if (t < T) {
-#if K3_MX2_RB1 == 2
-      mx_block(j, r, t, 2, 1); mx_block(j, r + 2, t, 2, 1);
-#else
-      mx_block(j, r, t, 4, 1);
-#endif
-    }
+    if (t < T) mx_block(j, r, t, 4, 1);
   }
   for (; r < r1; r++) {
     int32_t t = 0;

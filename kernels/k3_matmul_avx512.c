@@ -5,7 +5,7 @@
  *  - bf16 / f32: 4 rows × up to 4 tokens; 16 accumulators + 4 weight vectors + 1 x vector fit
  *    the 32 zmm. One weight load serves 4 tokens, one x load serves 4 rows, and 4..16
  *    independent add chains hide the add latency (one chain per row was latency-bound).
- *  - MXFP4: 4 rows × 1 token (decode) or 2 rows × up to 4 tokens (prefill / expert batches).
+ *  - MXFP4: 4 rows × up to 4 tokens, the same shape.
  *
  * MXFP4 decode, 2 vector ops per 16 weights: one 64-bit broadcast load of the 8 bytes holding 16
  * nibbles, one vpsrlvd by [0,0,4,4,…,28,28] and one vpermps of the 16 signed E2M1 floats (it reads
@@ -21,11 +21,11 @@
 #define T512 __attribute__((target("avx512f,avx512bw")))
 #define INLINE __attribute__((always_inline)) static inline
 #define UNROLL _Pragma("clang loop unroll(full)")
-/* Software prefetch distance (bytes ahead in each row stream). A block reads RB rows side by side,
- * i.e. RB interleaved streams; the hardware prefetcher alone does not keep up with that. */
-#ifndef K3_PF
-#define K3_PF 1024
-#endif
+/* One-token dense products read rows of at least this many bytes 4 at a time (4 add chains, one
+ * x load per 4 rows); shorter rows one at a time. Measured (docs/BENCH-KERNELS.md): with 14 KB
+ * rows 4 side-by-side streams are ~1.6× faster, with ≤ 7 KB rows one row at a time is faster —
+ * its single sequential stream keeps the hardware prefetcher ahead, 4 short streams do not. */
+#define DENSE_BLOCK_MIN_ROW_BYTES 12288
 
 /* All 16 lanes in one zmm → halving tree. Matches k3_tree16 (upper 256 bits are lanes 8–15). */
 T512 INLINE float tree_avx512(__m512 v) {
@@ -57,11 +57,7 @@ T512 INLINE void dense_block(const mm_job* j, int64_t r, int32_t t0, const int R
   UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++) acc[i][t] = _mm512_setzero_ps();
   for (int32_t c = 0; c < n16; c += 16) {
     __m512 w[4];
-    UNROLL for (int i = 0; i < RB; i++) {
-      const char* wp = (const char*)j->W + ((r + i) * cols + c) * (bf16 ? 2 : 4);
-      if (K3_PF) _mm_prefetch(wp + K3_PF, _MM_HINT_T0);
-      w[i] = load_w16(j->W, (r + i) * cols + c, bf16);
-    }
+    UNROLL for (int i = 0; i < RB; i++) w[i] = load_w16(j->W, (r + i) * cols + c, bf16);
     UNROLL for (int t = 0; t < TB; t++) {
       __m512 x = _mm512_loadu_ps(X + (int64_t)t * cols + c);
       UNROLL for (int i = 0; i < RB; i++) acc[i][t] = _mm512_add_ps(acc[i][t], _mm512_mul_ps(w[i], x));
@@ -74,9 +70,11 @@ T512 INLINE void dense_block(const mm_job* j, int64_t r, int32_t t0, const int R
   }
 }
 
-/* Rows in blocks of 4 (leftover rows one at a time), tokens in blocks of 4 then the tail. */
+/* Rows in blocks of 4 (leftover rows one at a time), tokens in blocks of 4 then the tail; a lone
+ * token reads short rows one at a time (DENSE_BLOCK_MIN_ROW_BYTES). */
 T512 INLINE void dense_rows(const mm_job* j, int64_t r0, int64_t r1, const int bf16) {
   const int32_t T = j->T;
+  const int long_rows = (int64_t)j->cols * (bf16 ? 2 : 4) >= DENSE_BLOCK_MIN_ROW_BYTES;
   int64_t r = r0;
   for (; r + 4 <= r1; r += 4) {
     int32_t t = 0;
@@ -84,7 +82,10 @@ T512 INLINE void dense_rows(const mm_job* j, int64_t r0, int64_t r1, const int b
     switch (T - t) {
       case 3: dense_block(j, r, t, 4, 3, bf16); break;
       case 2: dense_block(j, r, t, 4, 2, bf16); break;
-      case 1: dense_block(j, r, t, 4, 1, bf16); break;
+      case 1:
+        if (long_rows) dense_block(j, r, t, 4, 1, bf16);
+        else for (int i = 0; i < 4; i++) dense_block(j, r + i, t, 1, 1, bf16);
+        break;
     }
   }
   for (; r < r1; r++) {
@@ -118,12 +119,13 @@ T512 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, 
   const __m512i pi = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
   __m512 acc[4][4];                                  /* [row][token], register lane k = lane π(k) */
   UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++) acc[i][t] = _mm512_setzero_ps();
+  const char* next = k3_pf_target(P, RB * rb);
   for (int32_t g = 0; g < G; g++) {
+    _mm_prefetch(next + (int64_t)g * RB * 16, _MM_HINT_T0); /* RB·16 ≤ 64 bytes read per group */
     __m512 wa[4], wb[4], s[4];
     int nan_any = 0;
     UNROLL for (int i = 0; i < RB; i++) {
       const uint8_t* b = P + i * rb + g * 16;
-      if (K3_PF) _mm_prefetch((const char*)b + K3_PF, _MM_HINT_T0);
       wa[i] = e2m1x16_pi(b, tab, cnt);        /* columns c0 .. c0+15 */
       wb[i] = e2m1x16_pi(b + 8, tab, cnt);    /* columns c0+16 .. c0+31 */
       uint8_t sc = S[i * G + g];
@@ -158,17 +160,18 @@ T512 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, 
     j->Y[(int64_t)(t0 + t) * j->rows + r + i] = tree_avx512(_mm512_permutexvar_ps(unpi, acc[i][t]));
 }
 
-/* Rows in blocks of 4 (leftover rows one at a time); one token: 4×1 blocks, several tokens:
- * 2 rows × 4 tokens (the decoded weights of 2 rows, 8 accumulators and x fit the registers). */
+/* Rows in blocks of 4 (leftover rows one at a time), tokens in blocks of 4 then the tail: 16
+ * accumulators + 8 decoded vectors + x + constants just fit the 32 zmm (4×4 measured ~4% faster
+ * than 2×4 per weight·token in cache). */
 T512 void k3_mm_mxfp4_avx512(const mm_job* j, int64_t r0, int64_t r1) {
   const int32_t T = j->T;
   int64_t r = r0;
   for (; r + 4 <= r1; r += 4) {
     int32_t t = 0;
-    for (; t + 4 <= T; t += 4) { mx_block(j, r, t, 2, 4); mx_block(j, r + 2, t, 2, 4); }
+    for (; t + 4 <= T; t += 4) mx_block(j, r, t, 4, 4);
     switch (T - t) {
-      case 3: mx_block(j, r, t, 2, 3); mx_block(j, r + 2, t, 2, 3); break;
-      case 2: mx_block(j, r, t, 2, 2); mx_block(j, r + 2, t, 2, 2); break;
+      case 3: mx_block(j, r, t, 4, 3); break;
+      case 2: mx_block(j, r, t, 4, 2); break;
       case 1: mx_block(j, r, t, 4, 1); break;
     }
   }

@@ -32,6 +32,18 @@ static inline float k3_e8m0(uint8_t s) {
   return f;
 }
 
+/* Software prefetch for MXFP4 blocks. A block reads RB rows side by side (RB interleaved
+ * streams); MXFP4 rows are short (1.75 KB for 3584 columns), too short for the hardware
+ * prefetcher to train on each stream, so the block sweeps prefetches linearly over a later block
+ * at its own pace: each group step prefetches as many bytes as it reads, so the later block is
+ * covered exactly once while this one is read. The later block is the first that starts
+ * ≥ K3_PF_AHEAD bytes after this one (0, 8, 16, 32 KB measured within noise of each other). */
+#define K3_PF_AHEAD 8192
+static inline const char* k3_pf_target(const void* block, int64_t block_bytes) {
+  int64_t n = (K3_PF_AHEAD + block_bytes - 1) / block_bytes;
+  return (const char*)block + (n < 1 ? 1 : n) * block_bytes;
+}
+
 void k3_mm_bf16_avx2(const mm_job* j, int64_t r0, int64_t r1);
 void k3_mm_f32_avx2(const mm_job* j, int64_t r0, int64_t r1);
 void k3_mm_mxfp4_avx2(const mm_job* j, int64_t r0, int64_t r1);

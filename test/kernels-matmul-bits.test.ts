@@ -4,7 +4,8 @@
 // if any path, thread count or batch size drifts from the old bits, even if the scalar path
 // itself were edited. Shapes are chosen to hit every remainder of the blocked loops: rows not a
 // multiple of the row block, T from 1 to 9 (token blocks of 4 plus tails), column tails of
-// 0..15 for bf16/f32, NaN-scale groups, scales 0/1/254 (subnormal and huge), −0 weights.
+// 0..15 for bf16/f32, short and long (≥ 12 KB: read 4 rows at a time) rows at T = 1, NaN-scale
+// groups, scales 0/1/254 (subnormal and huge), −0 weights.
 import { describe, expect, test } from "bun:test";
 import { k, rng, randF32, randBF16, randMXFP4, withIsaThreads, allIsas, bitsHash } from "./kernels.helpers.ts";
 
@@ -37,10 +38,19 @@ function cases(): Case[] {
     X[1] = -0;
     out.push({ name: `mxfp4 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_mxfp4(packed, scales, X, Y, rows, cols, T); return Y; } });
   }
+  // Appended later (after the MXFP4 cases, so the cases above keep their random inputs): long
+  // bf16 rows (≥ 12 KB) at T = 1 and T = 5, read 4 rows at a time.
+  dense.length = 0;
+  dense.push([9, 6200, 1], [6, 6200, 5]);
+  for (const [rows, cols, T] of dense) {
+    const Wb = randBF16(r, rows * cols), X = randF32(r, T * cols, -3, 3);
+    out.push({ name: `bf16 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_bf16(Wb, X, Y, rows, cols, T); return Y; } });
+  }
   return out;
 }
 
-/** Bits of the pre-optimisation implementation (scalar path at e0832dd) for every case above. */
+/** Bits of the pre-optimisation implementation (scalar path at e0832dd) for every case above
+ * (the two 6200-column cases were added later, hashed with the library built from e0832dd). */
 const GOLDEN: Record<string, string> = {
   "bf16 1x7 T1": "6bc3bba07fed326f",
   "f32 1x7 T1": "7ecb1dcf4e4b6942",
@@ -64,7 +74,9 @@ const GOLDEN: Record<string, string> = {
   "mxfp4 130x1056 T4": "3a7081bbc1f3bb08",
   "mxfp4 5x3072 T2": "a7f8ccdbd36ce832",
   "mxfp4 33x96 T7": "d0ffdbcfdbabdf01",
-  "mxfp4 256x288 T3": "b11ace88e778bc37"
+  "mxfp4 256x288 T3": "b11ace88e778bc37",
+  "bf16 9x6200 T1": "e4dc8fa921c86cc4",
+  "bf16 6x6200 T5": "fd9a6979d9a6e1be"
 };
 
 describe("matmul bits equal the pre-optimisation implementation", () => {
