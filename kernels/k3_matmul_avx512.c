@@ -4,8 +4,9 @@
  * Blocks (each output keeps its own accumulator, so blocking never changes a bit):
  *  - bf16 / f32: 4 rows × up to 4 tokens; 16 accumulators + 4 weight vectors + 1 x vector fit
  *    the 32 zmm. One weight load serves 4 tokens, one x load serves 4 rows, and 4..16
- *    independent add chains hide the add latency (one chain per row was latency-bound).
- *  - MXFP4: 4 rows × up to 4 tokens, the same shape.
+ *    independent add chains run at once. One token with rows < 12 KB: one row at a time
+ *    (DENSE_BLOCK_MIN_ROW_BYTES).
+ *  - MXFP4: one token: one row at a time with x pre-permuted; several: 4 rows × up to 4 tokens.
  *
  * MXFP4 decode, 2 vector ops per 16 weights: one 64-bit broadcast load of the 8 bytes holding 16
  * nibbles, one vpsrlvd by [0,0,4,4,…,28,28] and one vpermps of the 16 signed E2M1 floats (it reads
@@ -13,8 +14,8 @@
  * lane 2q+1 the high word (nibbles 8–15): register lane k carries logical lane π(k) with
  * π(2q) = q, π(2q+1) = 8+q — the same π for the c0..c0+15 half and the c0+16..c0+31 half, so
  * the pairing p[j] = w(c0+j)x(c0+j) + w(c0+16+j)x(c0+16+j) holds lane by lane once x is loaded
- * in π order (one vpermps per 16 x, shared by the block's rows). Before the halving tree the
- * accumulator is permuted back to logical order. */
+ * in π order (once per call for one token, else one vpermps per 16 x shared by the block's
+ * rows). Before the halving tree the accumulator is permuted back to logical order. */
 #include "k3_matmul_internal.h"
 #include <immintrin.h>
 
@@ -106,9 +107,12 @@ T512 INLINE __m512 e2m1x16_pi(const uint8_t* p8, __m512 tab, __m512i cnt) {
   return _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_set1_epi64(q), cnt), tab);
 }
 
-/* Rows r..r+RB−1, tokens t0..t0+TB−1. A group whose scale is 255 in any of the block's rows
- * takes the masked path (merge-masked add = the group is skipped for that row, exactly). */
-T512 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB) {
+/* Rows r..r+RB−1, tokens t0..t0+TB−1. x comes from X (permuted to π order in the loop, shared by
+ * the RB rows) or, for one token, from xpre (already in π order, [cols], 64-byte aligned). PF: sweep
+ * prefetches over a later block (k3_pf_target). A group whose scale is 255 in any of the block's
+ * rows takes the masked path (merge-masked add = the group is skipped for that row, exactly). */
+T512 INLINE void mx_block_x(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB,
+                            const float* xpre, const int PF) {
   const int32_t cols = j->cols, G = cols / 32;
   const int64_t rb = cols / 2;
   const uint8_t* P = (const uint8_t*)j->W + r * rb;  /* [RB][cols/2] */
@@ -121,7 +125,7 @@ T512 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, 
   UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++) acc[i][t] = _mm512_setzero_ps();
   const char* next = k3_pf_target(P, RB * rb);
   for (int32_t g = 0; g < G; g++) {
-    _mm_prefetch(next + (int64_t)g * RB * 16, _MM_HINT_T0); /* RB·16 ≤ 64 bytes read per group */
+    if (PF) _mm_prefetch(next + (int64_t)g * RB * 16, _MM_HINT_T0); /* RB·16 ≤ 64 bytes read per group */
     __m512 wa[4], wb[4], s[4];
     int nan_any = 0;
     UNROLL for (int i = 0; i < RB; i++) {
@@ -135,8 +139,8 @@ T512 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, 
     if (__builtin_expect(!nan_any, 1)) {
       UNROLL for (int t = 0; t < TB; t++) {
         const float* xg = X + (int64_t)t * cols + g * 32;
-        __m512 xa = _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg));
-        __m512 xb = _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg + 16));
+        __m512 xa = xpre ? _mm512_load_ps(xpre + g * 32) : _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg));
+        __m512 xb = xpre ? _mm512_load_ps(xpre + g * 32 + 16) : _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg + 16));
         UNROLL for (int i = 0; i < RB; i++) {
           __m512 p = _mm512_add_ps(_mm512_mul_ps(wa[i], xa), _mm512_mul_ps(wb[i], xb));
           acc[i][t] = _mm512_add_ps(acc[i][t], _mm512_mul_ps(p, s[i]));
@@ -145,8 +149,8 @@ T512 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, 
     } else {
       UNROLL for (int t = 0; t < TB; t++) {
         const float* xg = X + (int64_t)t * cols + g * 32;
-        __m512 xa = _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg));
-        __m512 xb = _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg + 16));
+        __m512 xa = xpre ? _mm512_load_ps(xpre + g * 32) : _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg));
+        __m512 xb = xpre ? _mm512_load_ps(xpre + g * 32 + 16) : _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg + 16));
         UNROLL for (int i = 0; i < RB; i++) {
           __mmask16 keep = S[i * G + g] == 255 ? 0 : 0xFFFF;
           __m512 p = _mm512_add_ps(_mm512_mul_ps(wa[i], xa), _mm512_mul_ps(wb[i], xb));
@@ -160,12 +164,29 @@ T512 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, 
     j->Y[(int64_t)(t0 + t) * j->rows + r + i] = tree_avx512(_mm512_permutexvar_ps(unpi, acc[i][t]));
 }
 
-/* Rows in blocks of 4 (leftover rows one at a time), tokens in blocks of 4 then the tail: 16
- * accumulators + 8 decoded vectors + x + constants just fit the 32 zmm (4×4 measured ~4% faster
- * than 2×4 per weight·token in cache). */
+T512 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB) {
+  mx_block_x(j, r, t0, RB, TB, NULL, 1);
+}
+
+/* One token (decode), cols ≤ XPRE_MAX_COLS: x is put in π order once per call, then rows run one
+ * at a time with no x shuffles (9 vector ops per row·group) and one sequential weight stream, which
+ * the hardware prefetcher follows (no software prefetch needed). Measured vs 4×1 blocks with the
+ * in-loop x permute and the prefetch sweep: 21.8 vs 18.6 G weights/s in cache, 11.0 vs 9.5 GB/s
+ * from DRAM (docs/BENCH-KERNELS.md).
+ * Several tokens: rows in blocks of 4 (leftover rows one at a time), tokens in blocks of 4 then the
+ * tail: 16 accumulators + 8 decoded vectors + x + constants just fit the 32 zmm (4×4 measured ~4%
+ * faster than 2×4 per weight·token in cache). */
+#define XPRE_MAX_COLS 8192
 T512 void k3_mm_mxfp4_avx512(const mm_job* j, int64_t r0, int64_t r1) {
   const int32_t T = j->T;
   int64_t r = r0;
+  if (T == 1 && j->cols <= XPRE_MAX_COLS) {
+    float xp[XPRE_MAX_COLS] __attribute__((aligned(64)));   /* x in π order, 32 KB of stack at most */
+    const __m512i pi = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+    for (int32_t c = 0; c < j->cols; c += 16) _mm512_store_ps(xp + c, _mm512_permutexvar_ps(pi, _mm512_loadu_ps(j->X + c)));
+    for (; r < r1; r++) mx_block_x(j, r, 0, 1, 1, xp, 0);
+    return;
+  }
   for (; r + 4 <= r1; r += 4) {
     int32_t t = 0;
     for (; t + 4 <= T; t += 4) mx_block(j, r, t, 4, 4);

@@ -46,11 +46,18 @@ function cases(): Case[] {
     const Wb = randBF16(r, rows * cols), X = randF32(r, T * cols, -3, 3);
     out.push({ name: `bf16 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_bf16(Wb, X, Y, rows, cols, T); return Y; } });
   }
+  // MXFP4 at T = 1 on both one-token paths: x pre-permuted (cols ≤ 8192) and the fallback.
+  for (const [rows, cols] of [[40, 512], [6, 8224]]) {
+    const { packed, scales } = randMXFP4(r, rows, cols);
+    const X = randF32(r, cols, -(2 ** -8), 2 ** -8);
+    out.push({ name: `mxfp4 ${rows}x${cols} T1`, run: () => { const Y = new Float32Array(rows); k.k3_matmul_mxfp4(packed, scales, X, Y, rows, cols, 1); return Y; } });
+  }
   return out;
 }
 
 /** Bits of the pre-optimisation implementation (scalar path at e0832dd) for every case above
- * (the two 6200-column cases were added later, hashed with the library built from e0832dd). */
+ * (the 6200-column and the last two MXFP4 cases were added later, hashed with the library built
+ * from e0832dd). */
 const GOLDEN: Record<string, string> = {
   "bf16 1x7 T1": "6bc3bba07fed326f",
   "f32 1x7 T1": "7ecb1dcf4e4b6942",
@@ -76,7 +83,9 @@ const GOLDEN: Record<string, string> = {
   "mxfp4 33x96 T7": "d0ffdbcfdbabdf01",
   "mxfp4 256x288 T3": "b11ace88e778bc37",
   "bf16 9x6200 T1": "e4dc8fa921c86cc4",
-  "bf16 6x6200 T5": "fd9a6979d9a6e1be"
+  "bf16 6x6200 T5": "fd9a6979d9a6e1be",
+  "mxfp4 40x512 T1": "4483ad62de3c5ebf",
+  "mxfp4 6x8224 T1": "f8de5f698bf40b2e"
 };
 
 describe("matmul bits equal the pre-optimisation implementation", () => {
