@@ -32,12 +32,14 @@ static inline float k3_e8m0(uint8_t s) {
   return f;
 }
 
-/* Software prefetch for MXFP4 blocks. A block reads RB rows side by side (RB interleaved
- * streams); MXFP4 rows are short (1.75 KB for 3584 columns), too short for the hardware
- * prefetcher to train on each stream, so the block sweeps prefetches linearly over a later block
- * at its own pace: each group step prefetches as many bytes as it reads, so the later block is
- * covered exactly once while this one is read. The later block is the first that starts
- * ≥ K3_PF_AHEAD bytes after this one (0, 8, 16, 32 KB measured within noise of each other). */
+/* Software prefetch for multi-row blocks (MXFP4 several tokens, AVX2 MXFP4 token pairs, AVX-512
+ * dense several tokens). A block reads RB rows side by side (RB interleaved streams); short rows
+ * (MXFP4: 1.75 KB for 3584 columns) are too short for the hardware prefetcher to train on each
+ * stream, so the block sweeps prefetches linearly over a later block at its own pace: each step
+ * prefetches as many bytes as it reads, so the later block is covered exactly once while this one
+ * is read. The later block is the first that starts ≥ K3_PF_AHEAD bytes after this one (0, 8,
+ * 16, 32 KB measured within noise of each other). One-row paths need none (one sequential
+ * stream; a sweep there measured slower). */
 #define K3_PF_AHEAD 8192
 static inline const char* k3_pf_target(const void* block, int64_t block_bytes) {
   int64_t n = (K3_PF_AHEAD + block_bytes - 1) / block_bytes;
