@@ -36,15 +36,19 @@ INLINE float w_at(const void* W, int64_t i, const int bf16) {
   return bf16 ? k3_bf16(((const uint16_t*)W)[i]) : ((const float*)W)[i];
 }
 
-/* Rows r..r+RB−1, tokens t0..t0+TB−1 (RB·TB ≤ 4, compile-time after inlining). */
-TAVX2 INLINE void dense_block(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB,
-                              const int bf16) {
+/* Rows r..r+RB−1, tokens t0..t0+TB−1 (RB·TB ≤ 4, compile-time after inlining). PF: sweep
+ * prefetches over a later block (k3_pf_target). */
+TAVX2 INLINE void dense_block_x(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB,
+                                const int bf16, const int PF) {
   const int32_t cols = j->cols, n16 = cols - cols % 16;
   const float* X = j->X + (int64_t)t0 * cols;   /* [TB][cols] */
   __m256 lo[4][2], hi[4][2];                    /* [row][token]: lanes 0–7 / 8–15 */
   UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++)
     lo[i][t] = hi[i][t] = _mm256_setzero_ps();
+  const char* next = k3_pf_target((const char*)j->W + r * cols * (bf16 ? 2 : 4), (int64_t)RB * cols * (bf16 ? 2 : 4));
   for (int32_t c = 0; c < n16; c += 16) {
+    if (PF) UNROLL for (int l = 0; l < (RB * 16 * (bf16 ? 2 : 4) + 63) / 64; l++)
+        _mm_prefetch(next + (int64_t)c * RB * (bf16 ? 2 : 4) + 64 * l, _MM_HINT_T0);
     UNROLL for (int i = 0; i < RB; i++) {
       __m256 w0 = load_w8(j->W, (r + i) * cols + c, bf16), w1 = load_w8(j->W, (r + i) * cols + c + 8, bf16);
       UNROLL for (int t = 0; t < TB; t++) {
@@ -61,15 +65,20 @@ TAVX2 INLINE void dense_block(const mm_job* j, int64_t r, int32_t t0, const int 
   }
 }
 
-/* Rows in blocks of 4 (leftover rows one at a time); token pairs as two 2×2 blocks, a last
- * single token as one 4×1 block (long rows) or four 1×1 blocks (short rows). */
+TAVX2 INLINE void dense_block(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB, const int bf16) {
+  dense_block_x(j, r, t0, RB, TB, bf16, 0);
+}
+/* Rows in blocks of 4 (leftover rows one at a time); token pairs as two 2×2 blocks with the
+ * prefetch sweep (measured, 1 thread, bf16 7168×1536: T = 2 21.2 GB/s vs 8.6 without, 18.9 before
+ * blocking; T = 4 10.6 vs 6.3 / 6.2), a last single token as one 4×1 block (long rows) or four
+ * 1×1 blocks (short rows), without software prefetch. */
 TAVX2 INLINE void dense_rows(const mm_job* j, int64_t r0, int64_t r1, const int bf16) {
   const int32_t T = j->T;
   const int long_rows = (int64_t)j->cols * (bf16 ? 2 : 4) >= DENSE_BLOCK_MIN_ROW_BYTES;
   int64_t r = r0;
   for (; r + 4 <= r1; r += 4) {
     int32_t t = 0;
-    for (; t + 2 <= T; t += 2) { dense_block(j, r, t, 2, 2, bf16); dense_block(j, r + 2, t, 2, 2, bf16); }
+    for (; t + 2 <= T; t += 2) { dense_block_x(j, r, t, 2, 2, bf16, 1); dense_block_x(j, r + 2, t, 2, 2, bf16, 1); }
     if (t < T) {
       if (long_rows) dense_block(j, r, t, 4, 1, bf16);
       else for (int i = 0; i < 4; i++) dense_block(j, r + i, t, 1, 1, bf16);
