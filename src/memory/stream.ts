@@ -125,11 +125,27 @@ export class StreamingWeights implements WeightProvider {
       this.units = byUnit.map((list) => ({ plan: buildReadPlan(list), entries: new Map(list.map((e) => [e.name, e])) }));
       const pinned = new Set(opts.pinnedUnits);
       for (let u = 0; u <= cfg.numLayers; u++) if (!pinned.has(u)) this.streamedOrder.push(u);
-      for (const u of pinned) {
-        const buf = this.mem.alloc(this.units[u]!.plan.slotBytes, `pinned unit ${u}`, ALIGN);
-        this.readNow(this.units[u]!.plan, buf, `trunk of ${unitName(u, cfg.numLayers)}`, true);
+      // Pinned units are read in parallel on the I/O pool (a few units in flight at a time).
+      const inflight: { u: number; buf: CBuf; tickets: number[] }[] = [];
+      const land = () => {
+        const { u, buf, tickets } = inflight.shift()!;
+        this.collect(this.units[u]!.plan, tickets, `trunk of ${unitName(u, cfg.numLayers)}`);
         this.verifyUnit(u, buf.ptr);
         this.pinned.set(u, buf);
+      };
+      try {
+        for (const u of [...pinned].sort((a, b) => a - b)) {
+          const plan = this.units[u]!.plan;
+          const buf = this.mem.alloc(plan.slotBytes, `pinned unit ${u}`, ALIGN);
+          while (inflight.length > 0 && inflight.reduce((n, x) => n + x.tickets.length, 0) + plan.reads.length > 128) land();
+          inflight.push({ u, buf, tickets: this.submit(plan, buf.ptr, `trunk of ${unitName(u, cfg.numLayers)}`) });
+          this.counters.trunkBytesRead += plan.payloadBytes;
+        }
+        while (inflight.length > 0) land();
+      } catch (err) {
+        // Never free a buffer an I/O thread is still writing into.
+        for (const x of inflight) for (const t of x.tickets) this.k.k3_io_wait(t);
+        throw err;
       }
       if (this.streamedOrder.length > 0) {
         if (opts.ringSlots < 1) throw new K3Error("BUDGET", "streaming the trunk needs at least one ring slot");
