@@ -108,15 +108,18 @@ describe("chunked prefill", () => {
   test("the trunk is read once per chunk and each distinct expert once per chunk", () => {
     const ck = openCheckpoint(dir);
     const streamedTrunk = (e: Engine) => e.plan!.streamedLayers.reduce((a, L) => a + ck.layout.census.trunkBytesPerLayer[L]!, 0);
-    const prefill = (chunk: number) => {
-      // the floor for this chunk size: nothing pinned, one ring slot, top-k expert slots
-      const floor = String(floorBytes({ ...planInput(dir, 0), prefillChunk: chunk }, 2, chunk));
-      const e = Engine.open(dir, { ram: floor, threads: 2, chunk, lookahead: false, prefetch: false });
+    const prefill = (chunk: number, prefetch = false) => {
+      // the floor for this chunk size: nothing pinned, one ring slot, top-k expert slots; with
+      // prefetch, room for the second ring slot it needs
+      const input = { ...planInput(dir, 0), prefillChunk: chunk };
+      const second = prefetch ? Math.ceil(Math.max(input.headBytes, ...input.trunkBytesPerLayer) / 4096) * 4096 + 4096 : 0;
+      const floor = String(floorBytes(input, 2, chunk) + second);
+      const e = Engine.open(dir, { ram: floor, threads: 2, chunk, lookahead: false, prefetch });
       try {
         const before = e.stats();
         e.prefill(e.createSession(), PROMPT);
         const after = e.stats();
-        return { trunk: after.trunkBytesRead - before.trunkBytesRead, experts: after.expertBytesRead - before.expertBytesRead, perLayer: streamedTrunk(e) };
+        return { trunk: after.trunkBytesRead - before.trunkBytesRead, experts: after.expertBytesRead - before.expertBytesRead, perLayer: streamedTrunk(e), ring: e.plan!.ringSlots, head: e.plan!.head };
       } finally {
         e.close();
       }
@@ -128,6 +131,12 @@ describe("chunked prefill", () => {
     // Both read the embedding rows and (once, after the last chunk) the head; the streamed
     // layers are read once per chunk: 1 time vs 8 times.
     expect(each.trunk - one.trunk).toBe((PROMPT.length - 1) * one.perLayer);
+    // With prefetch, a non-final chunk must not prefetch the head it will not use.
+    const oneP = prefill(PROMPT.length, true);
+    const eachP = prefill(1, true);
+    expect([oneP.ring, eachP.ring, oneP.head]).toEqual([2, 2, "streamed"]);
+    expect(eachP.perLayer).toBe(oneP.perLayer);
+    expect(eachP.trunk - oneP.trunk).toBe((PROMPT.length - 1) * oneP.perLayer);
     // one chunk reads each distinct expert once: never more than one token-at-a-time prefill
     expect(one.experts).toBeLessThan(each.experts);
     expect(one.experts % ck.layout.census.expertBytes).toBe(0);

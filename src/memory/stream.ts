@@ -326,8 +326,13 @@ export class StreamingWeights implements WeightProvider {
     slot.inUse = true;
     // Run ahead only into ANOTHER slot: with one slot the next read would overwrite this unit.
     if (this.opts.prefetch && this.ring.length >= 2) {
-      const i = this.streamedOrder.indexOf(u);
-      this.prefetchUnit(this.streamedOrder[(i + 1) % this.streamedOrder.length]!);
+      // The walk is cyclic, except that a prefill chunk that is not the last one goes from the
+      // last layer straight back to layer 0 (no lm_head): skip the head then, or its read is wasted.
+      const head = this.ckpt.config.numLayers;
+      let i = this.streamedOrder.indexOf(u);
+      let next = this.streamedOrder[++i % this.streamedOrder.length]!;
+      if (next === head && !this.headNext && this.streamedOrder.length > 1) next = this.streamedOrder[++i % this.streamedOrder.length]!;
+      if (next !== u) this.prefetchUnit(next);
     }
     return slot.buf.ptr;
   }
@@ -343,6 +348,12 @@ export class StreamingWeights implements WeightProvider {
       const names = [...this.units[u]!.entries.keys()];
       throw new K3Error("VERIFY", `the trunk of ${unitName(u, this.ckpt.config.numLayers)} (${names.length} tensors: ${names.slice(0, 3).join(", ")}, …) fails its checksum: read ${crc.toString(16)}, recorded ${want === undefined ? "nothing" : want.toString(16)}`);
     }
+  }
+
+  /** Whether the head follows the last layer in the current pass (false for non-final chunks). */
+  private headNext = true;
+  setHeadNext(yes: boolean): void {
+    this.headNext = yes;
   }
 
   private releaseUnit(u: number): void {

@@ -121,6 +121,7 @@ export class Model {
     const chunk = Math.min(opts?.chunk ?? this.chunk, this.chunk);
     for (let s = 0; s < ids.length; s += chunk) {
       const part = ids.slice(s, s + chunk);
+      this.w.setHeadNext?.(s + chunk >= ids.length);
       this.forwardChunk(state, part);
       opts?.onChunk?.(s + part.length, ids.length);
     }

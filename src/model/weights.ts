@@ -70,6 +70,8 @@ export interface WeightProvider {
   peekLayer?(L: number): LayerRef | null;
   /** Optional: the head's tensors are no longer needed this token. */
   releaseHead?(): void;
+  /** Optional: whether the pass about to run ends with the head (false for non-final prefill chunks). */
+  setHeadNext?(yes: boolean): void;
   stats(): WeightStats;
   close(): void;
 }
