@@ -4,7 +4,8 @@ import type { ArmResult } from "./stream.ts";
 import type { DiskResult } from "./disk.ts";
 import type { MachineInfo } from "./machine.ts";
 
-export type RunResult = ArmResult & { run: number; wallMs: number };
+/** loadavg: /proc/loadavg (1, 5, 15 min) when the run started. */
+export type RunResult = ArmResult & { run: number; wallMs: number; loadavg?: number[] };
 
 export interface DiskSummary {
   /** Mean over the before/after measurements of the best pattern's median GB/s: the floor's rate. */
@@ -43,6 +44,7 @@ export interface BenchReport {
   finished: string;
   args: unknown;
   machine: MachineInfo;
+  kernels?: { source: string; sha256: string };
   disk: (DiskResult | { error: string; when?: string })[];
   arms: { name: string; runs: number; timed: boolean }[];
   results: RunResult[];
@@ -164,14 +166,14 @@ export function renderMarkdown(rep: BenchReport): string {
     "",
   );
   L.push(
-    "| arm | run | s/token | GB read/token (trunk + experts) | reads | expert hits / requests | lookahead used / issued | I/O wait s | direct | peak RSS / budget | floor s | ratio | matched ratio | vs all floors | CPU user+sys s/token | open s | prefill s |",
-    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    "| arm | run | s/token | GB read/token (trunk + experts) | reads | expert hits / requests | lookahead used / issued | I/O wait s | direct | peak RSS / budget | floor s | ratio | matched ratio | vs all floors | CPU user+sys s/token | open s | prefill s | load 1m |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
   );
   const checkOf = (r: RunResult) => s.checks.find((c) => c.name === r.spec.name && c.run === r.run)!;
   for (const r of rep.results) {
     const c = checkOf(r);
     if (!r.ok) {
-      L.push(`| ${r.spec.name} | ${r.run} | **FAILED**: ${r.error} | | | | | | | ${r.vmHwmBytes ? gib(r.vmHwmBytes) : "—"} | | | | | | | |`);
+      L.push(`| ${r.spec.name} | ${r.run} | **FAILED**: ${r.error} | | | | | | | ${r.vmHwmBytes ? gib(r.vmHwmBytes) : "—"} | | | | | | | | |`);
       continue;
     }
     const p = r.perToken!;
@@ -180,7 +182,7 @@ export function renderMarkdown(rep: BenchReport): string {
     L.push(
       `| ${r.spec.name} | ${r.run} | ${r.sPerToken!.toFixed(2)} | ${gb(p.bytes)} (${gb(p.trunkBytes)} + ${gb(p.expertBytes)}) | ${p.reads.toFixed(1)} | ` +
         `${p.expertHits.toFixed(1)} / ${p.expertRequests.toFixed(0)} | ${p.lookaheadUsed.toFixed(1)} / ${p.lookaheadIssued.toFixed(1)} | ${(p.ioWaitMs / 1000).toFixed(2)} | ` +
-        `${r.directIo ? "on" : "off"} | ${rss} | ${f2(c.floorS)} | ${f2(c.ratio)} | ${f2(c.sizeMatchedRatio)} | ${f2(c.fullFloorRatio)} | ${r.decodeCpu ? `${(r.decodeCpu.userS / r.decodeSteps!).toFixed(2)} + ${(r.decodeCpu.sysS / r.decodeSteps!).toFixed(2)}` : "—"} | ${(r.openMs! / 1000).toFixed(1)} | ${(r.prefillMs! / 1000).toFixed(1)} |`,
+        `${r.directIo ? "on" : "off"} | ${rss} | ${f2(c.floorS)} | ${f2(c.ratio)} | ${f2(c.sizeMatchedRatio)} | ${f2(c.fullFloorRatio)} | ${r.decodeCpu ? `${(r.decodeCpu.userS / r.decodeSteps!).toFixed(2)} + ${(r.decodeCpu.sysS / r.decodeSteps!).toFixed(2)}` : "—"} | ${(r.openMs! / 1000).toFixed(1)} | ${(r.prefillMs! / 1000).toFixed(1)} | ${r.loadavg ? r.loadavg[0]!.toFixed(1) : "—"} |`,
     );
   }
   L.push("");

@@ -15,13 +15,14 @@
 //     between its markers (full runs only, unless --no-docs).
 // A failing arm is reported and the others continue; the exit code is 1 if any arm failed, an
 // identity check failed or a budget was exceeded.
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createHash } from "node:crypto";
 import { join, resolve } from "node:path";
 import { tmpdir } from "node:os";
 import type { ArmResult, ArmSpec } from "./stream.ts";
 import type { DiskResult } from "./disk.ts";
 import { machineInfo } from "./machine.ts";
-import { renderMarkdown, summarize, type BenchReport } from "./report.ts";
+import { renderMarkdown, summarize, type BenchReport, type RunResult } from "./report.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
 const BUN = process.execPath;
@@ -71,7 +72,7 @@ async function ensureModel(dir: string): Promise<void> {
 }
 
 async function runDisk(dir: string, quick: boolean): Promise<DiskResult | { error: string }> {
-  const p = Bun.spawn([BUN, join(ROOT, "bench/disk.ts"), dir, ...(quick ? ["--quick"] : [])], { stdout: "pipe", stderr: "inherit", cwd: ROOT });
+  const p = Bun.spawn([BUN, join(ROOT, "bench/disk.ts"), dir, ...(quick ? ["--quick"] : [])], { stdout: "pipe", stderr: "inherit", cwd: ROOT, env: { ...process.env } });
   const text = await new Response(p.stdout).text();
   const code = await p.exited;
   if (code !== 0) return { error: `disk bench exited ${code}` };
@@ -83,16 +84,18 @@ async function runDisk(dir: string, quick: boolean): Promise<DiskResult | { erro
 }
 
 /** One arm run in a child process; a crash (OOM kill, signal, timeout) is a result, not a throw. */
-async function runChild(spec: ArmSpec, run: number, scratch: string): Promise<ArmResult & { run: number; wallMs: number }> {
+async function runChild(spec: ArmSpec, run: number, scratch: string): Promise<RunResult> {
   const specPath = join(scratch, `spec-${run}-${spec.name.replace(/\W+/g, "_")}.json`);
   const outPath = specPath.replace("spec-", "out-");
   writeFileSync(specPath, JSON.stringify(spec));
+  // Other work on the machine skews timings: record the load average each run started under.
+  const loadavg = readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).map(Number);
   const t0 = performance.now();
-  const p = Bun.spawn([BUN, join(ROOT, "bench/stream.ts"), specPath, outPath], { stdout: "inherit", stderr: "inherit", cwd: ROOT, timeout: 15 * 60_000 });
+  const p = Bun.spawn([BUN, join(ROOT, "bench/stream.ts"), specPath, outPath], { stdout: "inherit", stderr: "inherit", cwd: ROOT, env: { ...process.env }, timeout: 15 * 60_000 });
   const code = await p.exited;
   const wallMs = performance.now() - t0;
-  if (existsSync(outPath)) return { ...(JSON.parse(readFileSync(outPath, "utf8")) as ArmResult), run, wallMs };
-  return { spec, ok: false, error: `child exited ${code}${p.signalCode ? ` (${p.signalCode})` : ""} without a result`, run, wallMs };
+  if (existsSync(outPath)) return { ...(JSON.parse(readFileSync(outPath, "utf8")) as ArmResult), run, wallMs, loadavg };
+  return { spec, ok: false, error: `child exited ${code}${p.signalCode ? ` (${p.signalCode})` : ""} without a result`, run, wallMs, loadavg };
 }
 
 function armSpecs(args: Args, threads: number): { spec: ArmSpec; runs: number; timed: boolean }[] {
@@ -154,6 +157,14 @@ async function main() {
 
   const scratch = join(tmpdir(), `k3-bench-${process.pid}`);
   mkdirSync(scratch, { recursive: true });
+  // Every arm uses one frozen copy of the kernel library: others may rebuild zig-out/ while the
+  // bench runs, and arms compared bit for bit must run the same code.
+  const libSrc = process.env.K3_KERNELS ?? join(ROOT, "zig-out/lib/libkernels.so");
+  const lib = join(scratch, "libkernels.so");
+  copyFileSync(libSrc, lib);
+  process.env.K3_KERNELS = lib;
+  const kernelsSha = createHash("sha256").update(readFileSync(lib)).digest("hex");
+  say(`kernels: ${libSrc} (sha256 ${kernelsSha.slice(0, 16)}…), frozen for this run`);
   // The disk is measured before every round of runs and once after the last: on a shared or
   // virtual disk the rate drifts by tens of percent within minutes, so the floor uses the mean.
   const disk: (DiskResult | { error: string; when?: string })[] = [];
@@ -165,7 +176,7 @@ async function main() {
   };
 
   const arms = armSpecs(args, threads);
-  const results: (ArmResult & { run: number; wallMs: number })[] = [];
+  const results: RunResult[] = [];
   const maxRuns = Math.max(...arms.map((a) => a.runs));
   for (let run = 1; run <= maxRuns; run++) {
     await measureDisk(`before round ${run}`);
@@ -187,6 +198,7 @@ async function main() {
     finished: new Date().toISOString(),
     args,
     machine,
+    kernels: { source: libSrc, sha256: kernelsSha },
     disk,
     arms: arms.map((a) => ({ name: a.spec.name, runs: a.runs, timed: a.timed })),
     results,
