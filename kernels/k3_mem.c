@@ -3,18 +3,57 @@
 #include <stdlib.h>
 #include <immintrin.h>
 
+/* Every allocation carries a 64-byte header just below the returned pointer: how it was made and
+ * how to undo it. Large buffers (weights, slots, caches: ≥ 4 MiB) are anonymous mappings with
+ * MAP_POPULATE: the kernel faults them in bulk, zeroed (0.32 s/GiB here, against 0.56 s/GiB for
+ * posix_memalign + memset's one fault per 4 KiB page). Transparent huge pages were measured and
+ * refused: 0.12 s/GiB when memory is unfragmented, but 2 s/GiB when the kernel must compact first
+ * (defrag=madvise; right after a benchmark filled the page cache) — unpredictable open times.
+ * Memory is still resident at allocation, so peak RSS reflects the whole plan at once. */
+#include <sys/mman.h>
+#define K3_MEM_HDR 64
+#define K3_MEM_LARGE (4LL << 20)
+#define K3_MEM_MAGIC_HEAP 0x6b33686561700001ULL
+#define K3_MEM_MAGIC_MAP 0x6b336d6d61700001ULL
+typedef struct { uint64_t magic; void* base; int64_t bytes; } k3_mem_hdr;
+
 K3_API void* k3_mem_alloc(int64_t bytes, int64_t align) {
   if (bytes < 0 || align < 0) return NULL;
   if (align & (align - 1)) return NULL; /* power of two only (0 = default) */
-  if (align < (int64_t)sizeof(void*)) align = sizeof(void*);
+  if (align < K3_MEM_HDR) align = K3_MEM_HDR;
   if (bytes == 0) bytes = 1;
-  void* p = NULL;
-  if (posix_memalign(&p, (size_t)align, (size_t)bytes) != 0) return NULL;
-  memset(p, 0, (size_t)bytes);
+  int64_t total = bytes + align; /* the header lives in the first `align` bytes */
+  void* base = NULL;
+  uint64_t magic;
+  if (bytes >= K3_MEM_LARGE && align <= 4096) {
+    base = mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (base == MAP_FAILED) return NULL;
+    magic = K3_MEM_MAGIC_MAP;
+  } else {
+    if (posix_memalign(&base, (size_t)align, (size_t)total) != 0) return NULL;
+    magic = K3_MEM_MAGIC_HEAP;
+  }
+  uint8_t* p = (uint8_t*)base + align;
+  if (magic == K3_MEM_MAGIC_HEAP) memset(p, 0, (size_t)bytes); /* populated mappings are zero already */
+  k3_mem_hdr* h = (k3_mem_hdr*)(p - K3_MEM_HDR);
+  h->magic = magic;
+  h->base = base;
+  h->bytes = total;
   return p;
 }
 
-K3_API void k3_mem_free(void* p) { free(p); }
+K3_API void k3_mem_free(void* p) {
+  if (!p) return;
+  k3_mem_hdr* h = (k3_mem_hdr*)((uint8_t*)p - K3_MEM_HDR);
+  if (h->magic == K3_MEM_MAGIC_MAP) {
+    h->magic = 0;
+    munmap(h->base, (size_t)h->bytes);
+  } else if (h->magic == K3_MEM_MAGIC_HEAP) {
+    h->magic = 0;
+    free(h->base);
+  }
+  /* anything else was not ours (or was freed twice): leave it rather than corrupt the heap */
+}
 
 K3_API void k3_mem_copy(void* dst, const void* src, int64_t bytes) {
   if (bytes > 0) memcpy(dst, src, (size_t)bytes);
