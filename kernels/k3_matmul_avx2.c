@@ -76,6 +76,10 @@ TAVX2 INLINE void dense_rows(const mm_job* j, int64_t r0, int64_t r1, const int 
   const int32_t T = j->T;
   const int long_rows = (int64_t)j->cols * (bf16 ? 2 : 4) >= DENSE_BLOCK_MIN_ROW_BYTES;
   int64_t r = r0;
+  if (T == 1 && !long_rows) { /* the common decode case for short rows: a plain row loop */
+    for (; r < r1; r++) dense_block(j, r, 0, 1, 1, bf16);
+    return;
+  }
   for (; r + 4 <= r1; r += 4) {
     int32_t t = 0;
     for (; t + 2 <= T; t += 2) { dense_block_x(j, r, t, 2, 2, bf16, 1); dense_block_x(j, r + 2, t, 2, 2, bf16, 1); }
