@@ -59,6 +59,8 @@ export interface EngineOptions {
   verify?: boolean;
   /** Write per-token expert routing (JSONL, the reference traces' format) to this file. */
   trace?: string;
+  /** Progress of long steps at open: "indexing shards" (first open), "loading pinned layers". */
+  onProgress?: (label: string, done: number, total: number) => void;
   /** Compute threads (process-wide pool); default: all cores. */
   threads?: number;
   /** Context limit in tokens (sizes the MLA cache). */
@@ -176,7 +178,7 @@ export class Engine {
     if (!Number.isInteger(threads) || threads < 1) throw new K3Error("USAGE", `--threads must be a positive integer, got ${threads}`);
     const got = k.k3_pool_init(threads);
     if (got !== threads) throw new K3Error("INTERNAL", `thread pool started ${got} threads, asked for ${threads}`);
-    const checkpoint = openCheckpointCached(dir);
+    const checkpoint = openCheckpointCached(dir, opts.onProgress && ((d, t) => opts.onProgress!("indexing shards", d, t)));
     const cfg = checkpoint.config;
     const context = opts.context ?? DEFAULT_CONTEXT;
     const chunk = opts.chunk ?? DEFAULT_PREFILL_CHUNK;
@@ -206,6 +208,7 @@ export class Engine {
         ioThreads: opts.ioThreads ?? 4,
         policy: opts.policy ?? "lfru",
         checksums: opts.verify ? loadChecksums(checkpoint) : undefined,
+        onProgress: opts.onProgress && ((d, t) => opts.onProgress!("loading pinned layers", d, t)),
       });
     }
     let model: Model;

@@ -79,7 +79,7 @@ function sameShape(a: readonly number[], b: readonly number[]): boolean {
 }
 
 /** Open and fully validate a checkpoint directory. Reads headers only, never tensor data. */
-export function openCheckpoint(dir: string): Checkpoint {
+export function openCheckpoint(dir: string, onProgress?: (done: number, total: number) => void): Checkpoint {
   const root = resolve(dir);
   if (!existsSync(root) || !statSync(root).isDirectory()) fail(`${root}: not a checkpoint directory`, ["expected a directory with config.json and *.safetensors"]);
   const config = readConfig(join(root, "config.json"));
@@ -101,7 +101,8 @@ export function openCheckpoint(dir: string): Checkpoint {
   const problems: string[] = [];
   const found = new Map<string, { file: string; dataStart: number; t: HeaderTensor }>();
   const shards: { file: string; bytes: number }[] = [];
-  for (const name of shardNames) {
+  for (const [i, name] of shardNames.entries()) {
+    onProgress?.(i, shardNames.length);
     const file = join(root, name);
     const h = readSafetensorsHeader(file);
     shards.push({ file, bytes: h.fileBytes });
@@ -146,6 +147,7 @@ export function openCheckpoint(dir: string): Checkpoint {
     else if (!expected.has(name))
       problems.push(`${name} in ${at.file}: unexpected language-model tensor (the config implies no such tensor)`);
   }
+  onProgress?.(shardNames.length, shardNames.length);
   if (problems.length) fail(`${root}: checkpoint does not match its config`, problems);
 
   return { dir: root, config, tensors, layout: computeLayout(config, tensors), ignored, shards, index: index ? indexPath : null };

@@ -99,13 +99,13 @@ function save(ckpt: Checkpoint): string | null {
 }
 
 /** openCheckpoint with the cache: `fromCache` says which path was taken. */
-export function openCheckpointCached(dir: string): Checkpoint & { fromCache: boolean; cachePath: string | null } {
+export function openCheckpointCached(dir: string, onProgress?: (done: number, total: number) => void): Checkpoint & { fromCache: boolean; cachePath: string | null } {
   const root = resolve(dir);
   for (const path of cacheLocations(root)) {
     if (!existsSync(path)) continue;
     const hit = tryLoad(root, path);
     if (hit) return { ...hit, fromCache: true, cachePath: path };
   }
-  const ckpt = openCheckpoint(root);
+  const ckpt = openCheckpoint(root, onProgress);
   return { ...ckpt, fromCache: false, cachePath: save(ckpt) };
 }

@@ -2,6 +2,7 @@
 import type { ArgsDef } from "citty";
 import { K3Error } from "../errors.ts";
 import type { EngineOptions } from "../engine.ts";
+import { barProgress } from "./progress.ts";
 
 export const engineArgs = {
   threads: { type: "string", description: "compute threads (default: all cores)" },
@@ -60,6 +61,7 @@ export function engineOptions(args: EngineArgs): EngineOptions {
     ioThreads: positiveInt(args["io-threads"], "--io-threads"),
     verify: args.verify ?? false,
     trace: args.trace,
+    onProgress: barProgress(),
   };
 }
 

@@ -53,3 +53,31 @@ export function progressLine(done: number, total: number, elapsedMs: number, byt
   if (done > 0) parts.push(`ETA ${(((total - done) * elapsedMs) / done / 1000).toFixed(1)} s`);
   return parts.join(" · ");
 }
+
+/**
+ * A progress bar for long non-token work (indexing shards, loading pinned layers, checksumming):
+ * "indexing shards [##########          ] 48/96". Quiet unless stderr is a TTY; erased when done.
+ */
+export function barProgress(opts: ProgressOptions = {}): ((label: string, done: number, total: number) => void) | undefined {
+  const stream = opts.stream ?? process.stderr;
+  if (!opts.force && !stream.isTTY) return undefined;
+  const now = opts.now ?? (() => performance.now());
+  let lastDraw = -Infinity;
+  return (label, done, total) => {
+    const t = now();
+    if (done >= total) {
+      stream.write("\r\x1b[2K");
+      lastDraw = -Infinity;
+      return;
+    }
+    if (t - lastDraw < REDRAW_MS) return;
+    lastDraw = t;
+    stream.write(`\r\x1b[2K${barLine(label, done, total)}`);
+  };
+}
+
+/** The text of one bar line (pure, for tests). */
+export function barLine(label: string, done: number, total: number, width = 30): string {
+  const filled = total > 0 ? Math.round((width * Math.min(done, total)) / total) : 0;
+  return `${label} [${"#".repeat(filled)}${" ".repeat(width - filled)}] ${done}/${total}`;
+}

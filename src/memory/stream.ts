@@ -40,6 +40,8 @@ export interface StreamOptions {
   policy: PolicyName;
   /** Recorded CRC-32s (`k3 verify --record`): every read is checked against them. */
   checksums?: Checksums;
+  /** Progress of loading the pinned units at open. */
+  onProgress?: (done: number, total: number) => void;
 }
 
 const EMPTY = 0;
@@ -132,6 +134,7 @@ export class StreamingWeights implements WeightProvider {
         this.collect(this.units[u]!.plan, tickets, `trunk of ${unitName(u, cfg.numLayers)}`);
         this.verifyUnit(u, buf.ptr);
         this.pinned.set(u, buf);
+        opts.onProgress?.(this.pinned.size, pinned.size);
       };
       try {
         for (const u of [...pinned].sort((a, b) => a - b)) {

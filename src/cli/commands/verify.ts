@@ -4,6 +4,7 @@ import { defineCommand } from "citty";
 import { verifyModel } from "../../engine.ts";
 import { log } from "../../log.ts";
 import { formatBytes, resolveModelDir } from "../common.ts";
+import { barProgress } from "../progress.ts";
 
 export default defineCommand({
   meta: { name: "verify", description: "Check every shard against its header; --record checksums every expert and trunk unit" },
@@ -14,21 +15,8 @@ export default defineCommand({
   },
   run({ args }) {
     const dir = resolveModelDir(args.model);
-    const tty = process.stderr.isTTY && !args.json;
-    let last = 0;
-    const r = verifyModel(dir, {
-      record: args.record,
-      onProgress: tty
-        ? (done, total) => {
-            const now = performance.now();
-            if (now - last < 100 && done < total) return;
-            last = now;
-            const w = 30;
-            const f = Math.round((w * done) / total);
-            process.stderr.write(`\r  checksumming [${"#".repeat(f)}${" ".repeat(w - f)}] ${done}/${total}${done === total ? "\n" : ""}`);
-          }
-        : undefined,
-    });
+    const bar = args.json ? undefined : barProgress();
+    const r = verifyModel(dir, { record: args.record, onProgress: bar && ((d, t) => bar("checksumming", d, t)) });
     if (args.json) {
       process.stdout.write(`${JSON.stringify(r)}\n`);
       return;
