@@ -115,18 +115,15 @@ export function startServer(engine: Engine, opts: ServerOptions): K3Server {
         return out;
       },
       body: (res) => chatCompletionJson(env, res),
-      done: (res, ms) =>
-        record({
-          id: env.id,
-          kind: "chat",
-          finish_reason: res.finishReason,
-          prompt_tokens: res.usage.promptTokens,
-          completion_tokens: res.usage.completionTokens,
-          max_tokens: r.maxTokens ?? engine.context,
-          ms,
-        }),
+      done: recordDone(env.id, "chat", r.maxTokens),
     };
     return runJob(queue, req, job, r.stream);
+  }
+
+  /** The `done` hook of a job: one line in the recent-generations log (GET /k3/stats). */
+  function recordDone(id: string, kind: "chat" | "completion", maxTokens: number | undefined) {
+    return (res: { finishReason: string; usage: { promptTokens: number; completionTokens: number } }, ms: number) =>
+      record({ id, kind, finish_reason: res.finishReason, prompt_tokens: res.usage.promptTokens, completion_tokens: res.usage.completionTokens, max_tokens: maxTokens ?? engine.context, ms });
   }
 
   async function completion(req: Request): Promise<Response> {
@@ -148,16 +145,7 @@ export function startServer(engine: Engine, opts: ServerOptions): K3Server {
         return out;
       },
       body: (res) => completionJson(env, res),
-      done: (res, ms) =>
-        record({
-          id: env.id,
-          kind: "completion",
-          finish_reason: res.finishReason,
-          prompt_tokens: res.usage.promptTokens,
-          completion_tokens: res.usage.completionTokens,
-          max_tokens: r.maxTokens ?? engine.context,
-          ms,
-        }),
+      done: recordDone(env.id, "completion", r.maxTokens),
     };
     return runJob(queue, req, job, r.stream);
   }
