@@ -49,6 +49,16 @@ export class Model {
     readonly maxContext: number,
   ) {
     if (!Number.isInteger(chunk) || chunk < 1) throw new K3Error("USAGE", `prefill chunk must be ≥ 1, got ${chunk}`);
+    // Kernel preconditions (k3.h): a kernel that is handed sizes outside them does nothing, so
+    // they are refused here, by name, before any work (a silent no-op would be a wrong answer).
+    const limits: [boolean, string][] = [
+      [cfg.numExperts <= 4096, `num_experts ${cfg.numExperts} > 4096 (k3_router_topk's limit)`],
+      [Math.ceil(cfg.numLayers / cfg.attnResBlock) + 1 <= 64, `${Math.ceil(cfg.numLayers / cfg.attnResBlock) + 1} AttnRes sources > 64 (k3_attnres_mix's limit)`],
+      [cfg.latent % 32 === 0 && cfg.moeInter % 32 === 0, `routed_expert_hidden_size ${cfg.latent} and moe_intermediate_size ${cfg.moeInter} must be multiples of 32 (MXFP4 groups)`],
+      [cfg.convKernel === 4, `short_conv_kernel_size ${cfg.convKernel}: the KDA conv kernel is width 4`],
+    ];
+    const broken = limits.filter(([ok]) => !ok).map(([, why]) => why);
+    if (broken.length) throw new K3Error("CONFIG", "this config is outside what the kernels implement", broken);
     this.mem = new CBuffers(k);
     const c = cfg;
     const T = chunk;
