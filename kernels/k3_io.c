@@ -146,7 +146,12 @@ K3_API void k3_io_free(void) {
 
 K3_API int32_t k3_io_init(int32_t nthreads, int32_t max_inflight) {
   if (nthreads < 1 || max_inflight < 1) return K3_ERR_ARG;
-  k3_io_free();
+  /* Process-wide and shared: a second engine in the same process must not tear down the pool
+   * (and the tickets) of the first, so a running pool is kept as it is. */
+  pthread_mutex_lock(&io.mu);
+  int32_t running = io.threads ? io.nthreads : 0;
+  pthread_mutex_unlock(&io.mu);
+  if (running) return running;
   io.reqs = calloc((size_t)max_inflight, sizeof(io_req));
   io.threads = calloc((size_t)nthreads, sizeof(pthread_t));
   if (!io.reqs || !io.threads) {

@@ -25,7 +25,8 @@ K3_API int32_t k3_direct_probe(const char* path);
  * not), K3_ERR_SHORT when EOF came before `need`, or −errno (as int64). */
 K3_API int64_t k3_read_full(int32_t fd, void* buf, int64_t len, int64_t off, int64_t need);
 
-/* I/O thread pool (process-wide). Requests are tickets; a ticket is waited for exactly once. */
+/* I/O thread pool (process-wide). Requests are tickets; a ticket is waited for exactly once.
+ * k3_io_init starts the pool once; later calls keep the running pool and return its size. */
 K3_API int32_t k3_io_init(int32_t nthreads, int32_t max_inflight);
 K3_API void    k3_io_free(void);
 /* Queue a k3_read_full; returns a ticket > 0, or K3_ERR_ARG when max_inflight are outstanding. */

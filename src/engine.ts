@@ -221,7 +221,13 @@ export class Engine {
     }
     const engine = new Engine(dir, checkpoint, k, weights, model, context, threads, plan);
     if (opts.trace) {
-      const trace = new TraceWriter(opts.trace);
+      let trace: TraceWriter;
+      try {
+        trace = new TraceWriter(opts.trace);
+      } catch (err) {
+        engine.close();
+        throw err;
+      }
       engine.trace = trace;
       model.onRouting = (_L, idx, T, K) => trace.record(idx, T, K);
     }

@@ -179,3 +179,32 @@ describe("faults stop generation with an error naming what failed", () => {
     }
   });
 });
+
+describe("two engines in one process", () => {
+  test("both stream correctly while open at the same time (the I/O pool is shared, not reset)", () => {
+    // Two ring slots, so engine A has a prefetch read in flight when engine B opens.
+    const input = planInput(dir, 0);
+    const ram = String(floorBytes(input, 2, 32) + Math.ceil(Math.max(input.headBytes, ...input.trunkBytesPerLayer) / 4096) * 4096 + 4096);
+    const a = Engine.open(dir, { ram, threads: 2 });
+    expect(a.plan!.ringSlots).toBe(2);
+    const ga = a.generate(a.createSession(), PROMPT, { maxTokens: GEN });
+    const ia: number[] = [ga.next().value.id];
+    const b = Engine.open(dir, { ram, threads: 2 });
+    try {
+      const gb = b.generate(b.createSession(), PROMPT, { maxTokens: GEN });
+      const ib: number[] = [];
+      for (;;) {
+        const ra = ga.next();
+        const rb = gb.next();
+        if (!ra.done) ia.push(ra.value.id);
+        if (!rb.done) ib.push(rb.value.id);
+        if (ra.done && rb.done) break;
+      }
+      expect(ia).toEqual(baseline.ids);
+      expect(ib).toEqual(baseline.ids);
+    } finally {
+      a.close();
+      b.close();
+    }
+  });
+});
