@@ -188,7 +188,9 @@ describe("two engines in one process", () => {
     const a = Engine.open(dir, { ram, threads: 2 });
     expect(a.plan!.ringSlots).toBe(2);
     const ga = a.generate(a.createSession(), PROMPT, { maxTokens: GEN });
-    const ia: number[] = [ga.next().value.id];
+    const first = ga.next();
+    if (first.done) throw new Error("generation ended before its first token");
+    const ia: number[] = [first.value.id];
     const b = Engine.open(dir, { ram, threads: 2 });
     try {
       const gb = b.generate(b.createSession(), PROMPT, { maxTokens: GEN });
