@@ -126,6 +126,10 @@ export function* streamChat(engine: Engine, session: Session, messages: ChatMess
   const run = startGeneration(engine, session, ids, opts, stopIds, () => parser.finished);
 
   for (const piece of run.text()) {
+    if (piece === "") {
+      yield {}; // a prefill step: nothing to show, but the caller may run its event loop
+      continue;
+    }
     const d = parser.push(piece);
     if (d.reasoningDelta || d.contentDelta) yield delta(d.reasoningDelta, d.contentDelta);
   }
@@ -175,6 +179,10 @@ export function* streamCompletion(
   const generated: number[] = [];
   let unreported: number[] = [];
   for (const ev of run.events()) {
+    if (ev.tick) {
+      yield { text: "", ids: [] };
+      continue;
+    }
     generated.push(ev.id);
     unreported.push(ev.id);
     const piece = ev.text;
@@ -211,6 +219,8 @@ interface TextEvent {
   id: number;
   /** Text released by this token after UTF-8 completion and stop-string hold-back. */
   text: string;
+  /** A prefill step, not a token (id −1, no text). */
+  tick?: boolean;
 }
 
 function startGeneration(engine: Engine, session: Session, ids: number[], opts: GenOptions, stopIds: number[], done: () => boolean) {
@@ -239,6 +249,7 @@ function startGeneration(engine: Engine, session: Session, ids: number[], opts: 
     stopIds,
     onPrefill: opts.onPrefill,
     shouldStop: () => stopStringHit || done() || (opts.shouldStop?.() ?? false),
+    yieldDuringPrefill: true,
   });
 
   function* events(): Generator<TextEvent> {
@@ -247,6 +258,11 @@ function startGeneration(engine: Engine, session: Session, ids: number[], opts: 
       if (r.done) {
         stats = r.value;
         return;
+      }
+      if (r.value.prefill) {
+        // A prefill step: no token, but a chance for the caller to run its event loop.
+        yield { id: -1, text: "", tick: true };
+        continue;
       }
       let text = "";
       if (decoder && !stopStringHit) {
@@ -274,7 +290,7 @@ function startGeneration(engine: Engine, session: Session, ids: number[], opts: 
     flushText,
     /** Decoded text pieces (empty ones skipped), the final flush included. */
     *text(): Generator<string> {
-      for (const ev of events()) if (ev.text) yield ev.text;
+      for (const ev of events()) if (ev.text || ev.tick) yield ev.text;
       const rest = flushText();
       if (rest) yield rest;
     },

@@ -72,7 +72,10 @@ export interface EngineOptions {
 }
 
 export interface TokenEvent {
+  /** The token, or −1 for a prefill step (only with `yieldDuringPrefill`). */
   id: number;
+  /** Set on prefill steps: tokens of the prompt fed so far. */
+  prefill?: { done: number; total: number };
   /** 0-based index among generated tokens. */
   index: number;
   /** Wall time spent producing this token (ms): prefill for index 0, one decode step after. */
@@ -90,8 +93,11 @@ export interface GenerateOptions {
   /** Token ids that end generation (not emitted). */
   stopIds?: number[];
   onPrefill?: (done: number, total: number) => void;
-  /** Checked before every step; true stops cleanly. */
+  /** Checked before every step (and between prefill chunks); true stops cleanly. */
   shouldStop?: () => boolean;
+  /** Also yield an event (id −1, `prefill` set) between prefill chunks, so an async caller can
+   *  run its event loop during a long prefill (Ctrl-C, disconnects). */
+  yieldDuringPrefill?: boolean;
 }
 
 export interface GenerationStats {
@@ -237,16 +243,36 @@ export class Engine {
   private trace?: TraceWriter;
 
   /** Every forward goes through here, so the trace sees every chunk. */
-  private forward(session: Session, ids: number[], onChunk?: (done: number, total: number) => void): Float32Array {
-    if (!this.trace) return this.model.forward(session.state, ids, { onChunk });
+  private forward(session: Session, ids: number[], onChunk?: (done: number, total: number) => void, logits = true): Float32Array | null {
+    if (!this.trace) return this.model.forward(session.state, ids, { onChunk, logits });
     let pos = session.state.pos;
     return this.model.forward(session.state, ids, {
+      logits,
       onChunk: (done, total) => {
         this.trace!.flush(pos);
         pos = session.state.pos;
         onChunk?.(done, total);
       },
     });
+  }
+
+  /**
+   * Prefill as steps: one model chunk per step, yielding between chunks so a caller can let the
+   * event loop run (Ctrl-C, a client disconnect) and stop early; returns the last logits.
+   */
+  private *prefillSteps(session: Session, ids: number[], onChunk?: (done: number, total: number) => void): Generator<{ done: number; total: number }, Float32Array> {
+    const all = [...session.pending, ...ids];
+    this.model.check(session.state, all); // every id, before the first chunk changes any state
+    session.pending = [];
+    const C = this.model.chunk;
+    for (let s = 0; ; s += C) {
+      const part = all.slice(s, s + C);
+      const last = s + C >= all.length;
+      const logits = this.forward(session, part, undefined, last);
+      onChunk?.(s + part.length, all.length);
+      if (last) return logits!;
+      yield { done: s + part.length, total: all.length };
+    }
   }
 
   private fp?: string;
@@ -282,9 +308,11 @@ export class Engine {
 
   /** Run prompt tokens through the model without sampling (returns last logits, a view). */
   prefill(session: Session, ids: number[], onChunk?: (done: number, total: number) => void): Float32Array {
-    const all = [...session.pending, ...ids];
-    session.pending = [];
-    return this.forward(session, all, onChunk);
+    const steps = this.prefillSteps(session, ids, onChunk);
+    for (;;) {
+      const r = steps.next();
+      if (r.done) return r.value;
+    }
   }
 
   /**
@@ -301,8 +329,21 @@ export class Engine {
     if (promptTokens === 0) throw new K3Error("USAGE", "nothing to generate from: the prompt is empty");
     if (session.position + promptTokens > this.context)
       throw new K3Error("USAGE", `prompt of ${promptTokens} tokens does not fit the context limit (${this.context} tokens, ${session.position} used)`);
-    let logits = this.prefill(session, prompt, opts.onPrefill);
+    const steps = this.prefillSteps(session, prompt, opts.onPrefill);
+    let step = steps.next();
+    while (!step.done) {
+      // Between prefill chunks: let the caller breathe (event loop) and honour a stop request.
+      if (opts.yieldDuringPrefill) yield { id: -1, index: -1, ms: 0, prefill: step.value };
+      if (opts.shouldStop?.()) break;
+      step = steps.next();
+    }
     const prefillMs = performance.now() - t0;
+    if (!step.done) {
+      // Stopped inside the prefill: the tokens fed so far stay in the session, the rest never entered it.
+      const io = diffStats(this.weights.stats(), before);
+      return { promptTokens, generatedTokens: 0, prefillMs, decodeMs: 0, msPerToken: 0, stopReason: "cancelled", io, decodeSteps: 0, ioPerToken: { bytesRead: 0, trunkBytes: 0, expertBytes: 0, reads: 0, hits: 0, requests: 0 }, peakRssBytes: peakRssBytes() };
+    }
+    let logits = step.value;
     const afterPrefill = this.weights.stats();
     let decodeSteps = 0;
     let generated = 0;
@@ -332,7 +373,7 @@ export class Engine {
         break;
       }
       const s = performance.now();
-      logits = this.forward(session, session.pending.splice(0));
+      logits = this.forward(session, session.pending.splice(0))!;
       decodeSteps++;
       stepMs = performance.now() - s;
       decodeMs += stepMs;

@@ -121,20 +121,32 @@ export class Model {
    * Run `ids` through the model, appending to `state`. Returns the logits of the last token
    * (a view into a buffer reused by the next call: copy it to keep it).
    */
-  forward(state: SessionState, ids: number[], opts?: Partial<ForwardOptions>): Float32Array {
+  /** Refuse ids outside the vocabulary or beyond the context limit, before any state changes. */
+  check(state: SessionState, ids: number[]): void {
     if (ids.length === 0) throw new K3Error("USAGE", "forward needs at least one token");
     if (state.pos + ids.length > state.maxContext)
       throw new K3Error("USAGE", `context limit exceeded: ${state.pos} + ${ids.length} tokens > ${state.maxContext}`);
     for (const id of ids)
       if (!Number.isInteger(id) || id < 0 || id >= this.cfg.vocab)
         throw new K3Error("USAGE", `token id ${id} outside the vocabulary [0, ${this.cfg.vocab})`);
+  }
+
+  /**
+   * Run `ids` through the model in chunks, appending to `state`. Returns the logits of the last
+   * token (a view into a buffer reused by the next call: copy it to keep it), or null with
+   * `logits: false` (a prefill piece that more tokens will follow: no final mix, no lm_head).
+   */
+  forward(state: SessionState, ids: number[], opts?: Partial<ForwardOptions> & { logits?: boolean }): Float32Array | null {
+    this.check(state, ids);
+    const wantLogits = opts?.logits ?? true;
     const chunk = Math.min(opts?.chunk ?? this.chunk, this.chunk);
     for (let s = 0; s < ids.length; s += chunk) {
       const part = ids.slice(s, s + chunk);
-      this.w.setHeadNext?.(s + chunk >= ids.length);
+      this.w.setHeadNext?.(wantLogits && s + chunk >= ids.length);
       this.forwardChunk(state, part);
       opts?.onChunk?.(s + part.length, ids.length);
     }
+    if (!wantLogits) return null;
     this.finalLogits(this.lastT);
     return this.logitsView;
   }
