@@ -370,6 +370,10 @@ export class Model {
     this.w.requestExperts(L, [...users.keys()]);
     // z = routed_expert_down_proj·x  (latent)
     this.mm(lw.t(`${p}.routed_expert_down_proj.weight`).ptr, x, b.z!.ptr, lat, E, T);
+    // Shared experts on the full-width x, unweighted: sh_d = down·SiTU(gate·x, up·x). Computed
+    // now, while the routed experts' reads are in flight; it is added after the routed part below,
+    // so the order of the sum (and every bit) is as if it ran last.
+    this.glu(lw, `${p}.shared_experts`, c.numSharedExperts * c.moeInter, b.sh_g!, b.sh_u!, b.sh_d!.ptr, T);
     // Each expert runs as soon as it is available; its rows land in yall[t][rank], so the sum
     // below does not depend on arrival order.
     try {
@@ -400,8 +404,7 @@ export class Model {
         k.k3_axpy((b.y!.ptr + t * lat * F) as any, wv[t * K + r]!, (b.yall!.ptr + (t * K + r) * lat * F) as any, lat);
     k.k3_rmsnorm_bf16w(b.y!.ptr as any, lat, lw.t(`${p}.routed_expert_norm.weight`).ptr as any, b.y!.ptr as any, lat, lat, T, c.rmsEps);
     this.mm(lw.t(`${p}.routed_expert_up_proj.weight`).ptr, b.y!.ptr, b.m!.ptr, E, lat, T);
-    // Shared experts on the full-width x, unweighted: m += down·SiTU(gate·x, up·x).
-    this.glu(lw, `${p}.shared_experts`, c.numSharedExperts * c.moeInter, b.sh_g!, b.sh_u!, b.sh_d!.ptr, T);
+    // m = routed + shared (shared computed above while the expert reads were in flight)
     k.k3_add(b.m!.ptr as any, b.sh_d!.ptr as any, T * E);
   }
 
