@@ -35,6 +35,7 @@ export class Model {
   private logitsView: Float32Array;
   private idxView: Int32Array;
   private wView: Float32Array;
+  private yView: Float32Array;
   readonly maxBank: number;
   /** Optional observer of routing decisions (the --trace recorder). */
   onRouting?: RoutingRecord;
@@ -111,6 +112,7 @@ export class Model {
     this.logitsView = this.b.logits.f32().subarray(0, c.vocab);
     this.idxView = this.b.router_idx.i32();
     this.wView = this.b.router_w.f32();
+    this.yView = this.b.y!.f32();
   }
 
   get scratchBytes(): number {
@@ -398,7 +400,7 @@ export class Model {
     }
     // y = Σ_rank w·y_e (rank order, from zero), then RMSNorm once on the aggregate (§7.9).
     const wv = this.wView;
-    b.y!.f32().fill(0, 0, T * lat);
+    this.yView.fill(0, 0, T * lat);
     for (let t = 0; t < T; t++)
       for (let r = 0; r < K; r++)
         k.k3_axpy((b.y!.ptr + t * lat * F) as any, wv[t * K + r]!, (b.yall!.ptr + (t * K + r) * lat * F) as any, lat);
