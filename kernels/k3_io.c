@@ -45,9 +45,10 @@ K3_API int64_t k3_read_full(int32_t fd, void* buf, int64_t len, int64_t off, int
     }
     if (n == 0) break; /* EOF */
     done += n;
-    /* O_DIRECT: a read that reaches EOF returns what exists; the next aligned pread would
-     * start mid-block, so stop once EOF is certain (a partial block came back). */
-    if (done < len && (n % K3_IO_ALIGN) != 0) break;
+    /* O_DIRECT: a read that reaches EOF returns what exists, and the next pread would start
+     * mid-block (EINVAL). Once the payload (`need`) is in, a partial block means EOF: stop.
+     * Before that, keep reading: a buffered fd may return short counts mid-file (NFS, FUSE). */
+    if (done < len && done >= need && (n % K3_IO_ALIGN) != 0) break;
   }
   return done >= need ? done : K3_ERR_SHORT;
 }
@@ -182,6 +183,7 @@ K3_API void k3_io_fail_nth(int64_t n) {
 }
 
 static io_req* find(int64_t ticket) {
+  if (ticket <= 0) return NULL; /* 0 marks a free entry: never a valid ticket */
   for (int32_t i = 0; i < io.cap; i++)
     if (io.reqs[i].ticket == ticket) return &io.reqs[i];
   return NULL;

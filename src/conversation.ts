@@ -231,6 +231,9 @@ function startGeneration(engine: Engine, session: Session, ids: number[], opts: 
   const configured = createSampler(samplerOptions(opts));
   // Greedy goes through the engine's own argmax (same rule: lowest id on ties).
   const sampler: Sampler | undefined = opts.temperature ? configured : undefined;
+  // A session that an error interrupted mid-forward cannot be trusted: start it over (the caller
+  // sends the whole conversation every time, so nothing is lost but time).
+  if (session.dirty) session.reset();
   // A restored session whose every token (including the pending last one) is the prompt: continue.
   const continues = session.pending.length > 0 && session.tokens.length === ids.length && session.tokens.every((t, i) => t === ids[i]);
   const cachedTokens = continues ? ids.length : reusablePrefix(session.tokens, ids);

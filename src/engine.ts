@@ -142,6 +142,13 @@ export class Session {
     this.state.reset();
     this.pending = [];
   }
+  /** A failed forward pass left the state inconsistent: reset() before using it again. */
+  get dirty(): boolean {
+    return this.state.dirty;
+  }
+  get closed(): boolean {
+    return this.state.freed;
+  }
 }
 
 export class Engine {
@@ -261,6 +268,7 @@ export class Engine {
    * event loop run (Ctrl-C, a client disconnect) and stop early; returns the last logits.
    */
   private *prefillSteps(session: Session, ids: number[], onChunk?: (done: number, total: number) => void): Generator<{ done: number; total: number }, Float32Array> {
+    this.alive();
     const all = [...session.pending, ...ids];
     this.model.check(session.state, all); // every id, before the first chunk changes any state
     session.pending = [];
@@ -287,6 +295,9 @@ export class Engine {
 
   /** Save a session's state (KDA, conv, MLA cache, position, tokens) to a file. */
   saveSession(session: Session, path: string): void {
+    this.alive();
+    if (session.closed) throw new K3Error("USAGE", "cannot save a closed session");
+    if (session.dirty) throw new K3Error("SESSION", "cannot save a session interrupted by an error: its state does not match its tokens");
     saveSessionFile(this.k, session.state, session.pending, this.fingerprint, basename(resolve(this.dir)), path);
   }
 
@@ -302,7 +313,13 @@ export class Engine {
     return session;
   }
 
+  private closed = false;
+  private alive(): void {
+    if (this.closed) throw new K3Error("USAGE", "this engine was closed");
+  }
+
   createSession(): Session {
+    this.alive();
     return new Session(new SessionState(this.k, this.config, this.context));
   }
 
@@ -409,6 +426,8 @@ export class Engine {
   }
 
   close(): void {
+    if (this.closed) return;
+    this.closed = true;
     this.trace?.close();
     this.model.free();
     this.weights.close();

@@ -44,6 +44,12 @@ export interface StreamOptions {
   onProgress?: (done: number, total: number) => void;
 }
 
+/** Requests the process-wide I/O pool can hold; shared by every engine in the process. */
+const IO_QUEUE = 1024;
+/** Expert reads one provider keeps in flight at most: far past what saturates a disk, and far
+ *  below IO_QUEUE (a server-sized cache can need ~400 distinct experts in one prefill chunk). */
+const EXPERT_READS_IN_FLIGHT = 128;
+
 const EMPTY = 0;
 const INFLIGHT = 1;
 const READY = 2;
@@ -118,7 +124,7 @@ export class StreamingWeights implements WeightProvider {
         const size = Number(k.k3_file_size(fd));
         if (size !== s.bytes) throw new K3Error("CHECKPOINT", `${s.file}: size is ${size} bytes, the index was built for ${s.bytes}; re-run k3 verify`);
       }
-      if (k.k3_io_init(Math.max(1, opts.ioThreads), 256) < 0) throw new K3Error("INTERNAL", "cannot start the I/O threads");
+      if (k.k3_io_init(Math.max(1, opts.ioThreads), IO_QUEUE) < 0) throw new K3Error("INTERNAL", "cannot start the I/O threads");
       this.ioWaitBaseNs = Number(k.k3_io_wait_ns());
 
       // Trunk units.
@@ -238,12 +244,21 @@ export class StreamingWeights implements WeightProvider {
     }
   }
 
+  /** Tickets submitted and not yet waited for (this provider's share of the I/O pool). */
+  private outstanding = 0;
+
   private submit(plan: ReadPlan, base: number, what: string): number[] {
     const tickets: number[] = [];
     for (const r of plan.reads) {
       const t = Number(this.k.k3_io_submit(this.fd(r.file), (base + r.dst) as any, r.len, r.off, r.need));
-      if (t <= 0) throw new K3Error("INTERNAL", `I/O queue full while reading ${what}`);
+      if (t <= 0) {
+        // Never leave a read of this plan running into a buffer we are about to give up on.
+        for (const done of tickets) this.k.k3_io_wait(done);
+        this.outstanding -= tickets.length;
+        throw new K3Error("INTERNAL", `I/O queue full while reading ${what}`);
+      }
       tickets.push(t);
+      this.outstanding++;
       this.counters.reads++;
     }
     return tickets;
@@ -253,10 +268,28 @@ export class StreamingWeights implements WeightProvider {
     let err: K3Error | undefined;
     tickets.forEach((t, i) => {
       const res = Number(this.k.k3_io_wait(t));
+      this.outstanding--;
       const r = plan.reads[i]!;
       if (res < r.need && !err) err = this.ioError(res, what, r.file, r.off);
     });
     if (err) throw err;
+  }
+
+  /** Land a ring slot's reads (and verify them); on failure the slot is emptied, never reused stale. */
+  private landRing(slot: RingSlot): void {
+    if (slot.ready || slot.unit < 0) return;
+    const u = slot.unit;
+    try {
+      this.collect(this.units[u]!.plan, slot.tickets as number[], `trunk of ${unitName(u, this.ckpt.config.numLayers)}`);
+      slot.tickets = [];
+      this.verifyUnit(u, slot.buf.ptr);
+    } catch (err) {
+      slot.unit = -1;
+      slot.tickets = [];
+      slot.ready = false;
+      throw err;
+    }
+    slot.ready = true;
   }
 
   // ---- embedding ----
@@ -300,10 +333,11 @@ export class StreamingWeights implements WeightProvider {
     if (this.ring.some((s) => s.unit === u)) return;
     const slot = this.ring.find((s) => !s.inUse);
     if (!slot) return;
-    if (slot.unit >= 0 && !slot.ready) this.collect(this.units[slot.unit]!.plan, slot.tickets as number[], `trunk of ${unitName(slot.unit, this.ckpt.config.numLayers)}`);
-    slot.unit = u;
+    if (slot.unit >= 0 && !slot.ready) this.landRing(slot); // its reads still write into the buffer
+    slot.unit = -1;
     slot.ready = false;
     slot.tickets = this.submit(this.units[u]!.plan, slot.buf.ptr, `trunk of ${unitName(u, this.ckpt.config.numLayers)}`);
+    slot.unit = u;
     this.counters.trunkBytesRead += this.units[u]!.plan.payloadBytes;
   }
 
@@ -316,19 +350,10 @@ export class StreamingWeights implements WeightProvider {
       slot = this.ring.find((s) => s.unit === u);
       if (!slot) throw new K3Error("INTERNAL", `no ring slot free for ${unitName(u, this.ckpt.config.numLayers)}`);
     }
-    if (!slot.ready) {
-      try {
-        this.collect(this.units[u]!.plan, slot.tickets as number[], `trunk of ${unitName(u, this.ckpt.config.numLayers)}`);
-      } catch (err) {
-        slot.unit = -1;
-        throw err;
-      }
-      slot.ready = true;
-      this.verifyUnit(u, slot.buf.ptr);
-    }
+    this.landRing(slot);
     slot.inUse = true;
     // Run ahead only into ANOTHER slot: with one slot the next read would overwrite this unit.
-    if (this.opts.prefetch && this.ring.length >= 2) {
+    if (this.opts.prefetch && this.ring.length >= 2) try {
       // The walk is cyclic, except that a prefill chunk that is not the last one goes from the
       // last layer straight back to layer 0 (no lm_head): skip the head then, or its read is wasted.
       const head = this.ckpt.config.numLayers;
@@ -336,6 +361,9 @@ export class StreamingWeights implements WeightProvider {
       let next = this.streamedOrder[++i % this.streamedOrder.length]!;
       if (next === head && !this.headNext && this.streamedOrder.length > 1) next = this.streamedOrder[++i % this.streamedOrder.length]!;
       if (next !== u) this.prefetchUnit(next);
+    } catch (err) {
+      slot.inUse = false; // the caller never gets this unit, so it will never release it
+      throw err;
     }
     return slot.buf.ptr;
   }
@@ -381,8 +409,7 @@ export class StreamingWeights implements WeightProvider {
     if (!slot) return null;
     if (!slot.ready) {
       if (!(slot.tickets as number[]).every((t) => this.k.k3_io_done(t) === 1)) return null;
-      this.collect(this.units[L]!.plan, slot.tickets as number[], `trunk of layer ${L}`);
-      slot.ready = true;
+      this.landRing(slot); // verified like any other landing (--verify)
     }
     return this.unitRef(L, slot.buf.ptr);
   }
@@ -509,11 +536,21 @@ export class StreamingWeights implements WeightProvider {
   }
 
   /** Give queued experts slots while any are free (reserve serially, read in parallel). */
+  /**
+   * Give queued experts slots and start their reads, while slots are free and at most
+   * EXPERT_READS_IN_FLIGHT reads are outstanding (reserve serially, read in parallel). The rest
+   * wait for nextExpert to consume what landed. With nothing of this request in flight, one read
+   * is always issued, so the request makes progress whatever the lookahead holds.
+   */
   private issueQueued(): void {
     while (this.reqQueue.length > 0) {
+      const e = this.reqQueue[0]!;
+      const reads = this.expertPlan(this.reqLayer, e).reads.length;
+      const oursInFlight = this.reqSlots.some((s) => this.slotState[s] === INFLIGHT);
+      if (oursInFlight && this.outstanding + reads > EXPERT_READS_IN_FLIGHT) return;
       const slot = this.reserveSlot(this.reqLayer);
       if (slot < 0) return;
-      const e = this.reqQueue.shift()!;
+      this.reqQueue.shift();
       this.startRead(slot, this.reqLayer, e);
       this.slotInUse[slot] = 1;
       this.reqSlots.push(slot);
@@ -526,8 +563,8 @@ export class StreamingWeights implements WeightProvider {
     if (this.handedOut >= 0) {
       this.slotInUse[this.handedOut] = 0;
       this.handedOut = -1;
-      this.issueQueued();
     }
+    this.issueQueued(); // slots or read budget freed since the last call
     if (this.reqSlots.length === 0) {
       if (this.reqQueue.length > 0) throw new K3Error("BUDGET", `layer ${L}: the expert cache has no slot free for the remaining ${this.reqQueue.length} experts`);
       throw new K3Error("INTERNAL", `layer ${L}: no expert pending`);
@@ -590,6 +627,7 @@ export class StreamingWeights implements WeightProvider {
     for (const e of experts) {
       const key = L * this.N + e;
       if (this.keyToSlot.has(key)) continue;
+      if (this.outstanding + this.expertPlan(L, e).reads.length > EXPERT_READS_IN_FLIGHT) return;
       const slot = this.reserveSlot(L);
       if (slot < 0) return;
       this.startRead(slot, L, e);

@@ -125,6 +125,11 @@ export class Model {
    */
   /** Refuse ids outside the vocabulary or beyond the context limit, before any state changes. */
   check(state: SessionState, ids: number[]): void {
+    if (state.freed) throw new K3Error("USAGE", "this session was closed");
+    if (state.dirty)
+      throw new K3Error("SESSION", "this session was interrupted by an error inside a forward pass; its state no longer matches its tokens", [
+        "reset it (or start a new session) and feed the conversation again",
+      ]);
     if (ids.length === 0) throw new K3Error("USAGE", "forward needs at least one token");
     if (state.pos + ids.length > state.maxContext)
       throw new K3Error("USAGE", `context limit exceeded: ${state.pos} + ${ids.length} tokens > ${state.maxContext}`);
@@ -142,15 +147,21 @@ export class Model {
     this.check(state, ids);
     const wantLogits = opts?.logits ?? true;
     const chunk = Math.min(opts?.chunk ?? this.chunk, this.chunk);
-    for (let s = 0; s < ids.length; s += chunk) {
-      const part = ids.slice(s, s + chunk);
-      this.w.setHeadNext?.(wantLogits && s + chunk >= ids.length);
-      this.forwardChunk(state, part);
-      opts?.onChunk?.(s + part.length, ids.length);
+    try {
+      for (let s = 0; s < ids.length; s += chunk) {
+        const part = ids.slice(s, s + chunk);
+        this.w.setHeadNext?.(wantLogits && s + chunk >= ids.length);
+        this.forwardChunk(state, part);
+        opts?.onChunk?.(s + part.length, ids.length);
+      }
+      if (!wantLogits) return null;
+      this.finalLogits(this.lastT);
+      return this.logitsView;
+    } catch (err) {
+      // A chunk that failed part-way has moved some layers' recurrent state: never reuse it silently.
+      state.dirty = true;
+      throw err;
     }
-    if (!wantLogits) return null;
-    this.finalLogits(this.lastT);
-    return this.logitsView;
   }
 
   /** Tokens in the most recent chunk (the final mix reads its last row). */
@@ -369,16 +380,18 @@ export class Model {
       if (!list) users.set(e, (list = []));
       list.push(i);
     }
-    this.w.requestExperts(L, [...users.keys()]);
-    // z = routed_expert_down_proj·x  (latent)
-    this.mm(lw.t(`${p}.routed_expert_down_proj.weight`).ptr, x, b.z!.ptr, lat, E, T);
-    // Shared experts on the full-width x, unweighted: sh_d = down·SiTU(gate·x, up·x). Computed
-    // now, while the routed experts' reads are in flight; it is added after the routed part below,
-    // so the order of the sum (and every bit) is as if it ran last.
-    this.glu(lw, `${p}.shared_experts`, c.numSharedExperts * c.moeInter, b.sh_g!, b.sh_u!, b.sh_d!.ptr, T);
-    // Each expert runs as soon as it is available; its rows land in yall[t][rank], so the sum
-    // below does not depend on arrival order.
+    // Reads start now; everything until the experts are consumed is inside the try, so the
+    // provider always gets releaseExperts (slots in use are freed even when a read fails).
     try {
+      this.w.requestExperts(L, [...users.keys()]);
+      // z = routed_expert_down_proj·x  (latent)
+      this.mm(lw.t(`${p}.routed_expert_down_proj.weight`).ptr, x, b.z!.ptr, lat, E, T);
+      // Shared experts on the full-width x, unweighted: sh_d = down·SiTU(gate·x, up·x). Computed
+      // now, while the routed experts' reads are in flight; it is added after the routed part below,
+      // so the order of the sum (and every bit) is as if it ran last.
+      this.glu(lw, `${p}.shared_experts`, c.numSharedExperts * c.moeInter, b.sh_g!, b.sh_u!, b.sh_d!.ptr, T);
+      // Each expert runs as soon as it is available; its rows land in yall[t][rank], so the sum
+      // below does not depend on arrival order.
       for (let n = 0; n < users.size; n++) {
         const { expert, ref } = this.w.nextExpert(L);
         const slots = users.get(expert);

@@ -5,7 +5,7 @@
 // The header records the model fingerprint (config + every tensor's name, dtype and shape), the
 // buffers in order with their byte counts, and a CRC-32 of the payload; loading into another
 // model, a truncated or a corrupted file is refused with the reason.
-import { closeSync, fstatSync, openSync, readFileSync, readSync, renameSync, writeSync } from "node:fs";
+import { closeSync, fstatSync, openSync, readFileSync, readSync, renameSync, rmSync, writeSync } from "node:fs";
 import { toArrayBuffer } from "bun:ffi";
 import { K3Error } from "../errors.ts";
 import type { Kernels } from "../kernels.ts";
@@ -21,7 +21,13 @@ export interface SessionHeader {
   history: number[];
   pending: number[];
   buffers: { name: string; bytes: number }[];
-  crc32: number;
+  crc32: number; // CRC-32 of [pos, history, pending] (as JSON) continued over the payload
+}
+
+/** CRC-32 of the header's token fields, the start of the checksum that then covers the payload. */
+function headerCrc(k: Kernels, pos: number, history: number[], pending: number[]): number {
+  const bytes = Buffer.from(JSON.stringify([pos, history, pending]));
+  return k.k3_crc32(0, bytes, bytes.byteLength);
 }
 
 /** Bytes of a state buffer that carry information at position `pos` (MLA rows beyond pos are unused). */
@@ -32,7 +38,7 @@ function liveBytes(name: string, bytes: number, pos: number, rowBytes: number): 
 export function saveSession(k: Kernels, state: SessionState, pending: number[], fingerprint: string, modelName: string, path: string): void {
   const rowBytes = 4 * (state.cfg.kvLoraRank + state.cfg.qkRope);
   const parts = state.buffers().map(({ name, buf }) => ({ name, view: new Uint8Array(toArrayBuffer(buf.ptr as any, 0, liveBytes(name, buf.bytes, state.pos, rowBytes))) }));
-  let crc = 0;
+  let crc = headerCrc(k, state.pos, state.history, pending);
   for (const p of parts) crc = k.k3_crc32(crc, p.view, p.view.byteLength);
   const header: SessionHeader = {
     format: 1,
@@ -51,13 +57,18 @@ export function saveSession(k: Kernels, state: SessionState, pending: number[], 
   const tmp = `${path}.${process.pid}.tmp`;
   const fd = openSync(tmp, "w");
   try {
-    writeSync(fd, head);
-    writeSync(fd, json);
-    for (const p of parts) writeSync(fd, p.view);
-  } finally {
-    closeSync(fd);
+    try {
+      writeSync(fd, head);
+      writeSync(fd, json);
+      for (const p of parts) writeSync(fd, p.view);
+    } finally {
+      closeSync(fd);
+    }
+    renameSync(tmp, path);
+  } catch (err) {
+    rmSync(tmp, { force: true }); // a failed save leaves no partial file behind
+    throw new K3Error("SESSION", `cannot write session file ${path}: ${(err as Error).message}`);
   }
-  renameSync(tmp, path);
 }
 
 /** Read a session file's header only (to check it before allocating anything). */
@@ -100,8 +111,14 @@ export function loadSession(k: Kernels, state: SessionState, fingerprint: string
   if (bufs.length !== header.buffers.length) throw new K3Error("SESSION", `${path}: ${header.buffers.length} state buffers, this model has ${bufs.length}`);
   const total = header.buffers.reduce((a, b) => a + b.bytes, 0);
   if (payloadOffset + total !== fileBytes) throw new K3Error("SESSION", `${path}: ${fileBytes} bytes, the header describes ${payloadOffset + total} (truncated or padded)`);
+  const ids = [...header.history, ...(header.pending ?? [])];
+  if (!Number.isSafeInteger(header.pos) || header.pos < 0 || header.history.length !== header.pos || !Array.isArray(header.pending))
+    throw new K3Error("SESSION", `${path}: header is inconsistent (position ${header.pos}, ${header.history.length} history tokens)`);
+  const bad = ids.find((id) => !Number.isSafeInteger(id) || id < 0 || id >= state.cfg.vocab);
+  if (bad !== undefined) throw new K3Error("SESSION", `${path}: token id ${bad} is outside this model's vocabulary`);
   const data = readFileSync(path).subarray(payloadOffset);
-  if (k.k3_crc32(0, data, data.byteLength) !== header.crc32) throw new K3Error("SESSION", `${path}: payload checksum mismatch (corrupted)`);
+  const crc = k.k3_crc32(headerCrc(k, header.pos, header.history, header.pending), data, data.byteLength);
+  if (crc !== header.crc32) throw new K3Error("SESSION", `${path}: checksum mismatch (corrupted header tokens or payload)`);
   state.reset();
   let off = 0;
   bufs.forEach(({ name, buf }, i) => {

@@ -76,16 +76,28 @@ export class SessionState {
 
   /** Forget everything: zero state, position 0. */
   reset(): void {
+    if (this.freed) throw new K3Error("USAGE", "this session was closed");
     for (const { buf } of this.buffers()) buf.f32().fill(0);
     this.pos = 0;
     this.history.length = 0;
+    this.dirty = false;
   }
 
   get bytes(): number {
     return this.mem.totalBytes;
   }
 
+  /** True once free() ran: the buffers are gone and any use would touch freed memory. */
+  freed = false;
+  /**
+   * True when a forward pass failed part-way (a read error at layer L): layers before L already
+   * advanced their KDA state and conv history for tokens that never finished, so the state no
+   * longer matches `history`. Only reset() makes the session usable again.
+   */
+  dirty = false;
+
   free(): void {
     this.mem.free();
+    this.freed = true;
   }
 }
