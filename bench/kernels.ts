@@ -5,6 +5,7 @@
 // Weights are cycled through a set of distinct matrices totalling ≥ 256 MiB, so every call
 // reads from DRAM (as decode does: each expert is touched once per token), not from cache.
 import { loadKernels, ISA } from "../src/kernels.ts";
+import { bf16Set, mxfp4Set } from "./weights.ts";
 
 const k = loadKernels();
 const runsArg = process.argv.indexOf("--runs");
@@ -19,33 +20,17 @@ const isas = [
 
 type Arm = { kernel: string; shape: string; bytesPerCall: number; call: (i: number) => void; count: number };
 
-function fillBytes(n: number, seed: number) {
-  const a = new Uint8Array(n);
-  let x = seed >>> 0;
-  for (let i = 0; i < n; i += 4) { x = (Math.imul(x, 1664525) + 1013904223) >>> 0; a[i] = x; a[i + 1] = x >>> 8; a[i + 2] = x >>> 16; a[i + 3] = x >>> 24; }
-  return a;
-}
 
 function bf16Arm(rows: number, cols: number): Arm {
-  const bytes = rows * cols * 2;
-  const count = Math.max(2, Math.ceil(SET_BYTES / bytes));
-  // values: random bf16 with exponents kept sane (top byte 0x3c..0x3f or 0xbc..0xbf)
-  const Ws = Array.from({ length: count }, (_, i) => {
-    const w = new Uint16Array(fillBytes(bytes, i + 1).buffer);
-    for (let j = 0; j < w.length; j++) w[j] = (w[j] & 0x80ff) | 0x3c00;
-    return w;
-  });
+  const { bytes, count, Ws } = bf16Set(rows, cols, SET_BYTES);
   const X = new Float32Array(cols).fill(0.01), Y = new Float32Array(rows);
-  return { kernel: "bf16", shape: `${rows}×${cols}`, bytesPerCall: bytes, count, call: (i) => k.k3_matmul_bf16(Ws[i % count], X, Y, rows, cols, 1) };
+  return { kernel: "bf16", shape: `${rows}×${cols}`, bytesPerCall: bytes, count, call: (i) => k.k3_matmul_bf16(Ws[i % count]!, X, Y, rows, cols, 1) };
 }
 
 function mxfp4Arm(rows: number, cols: number): Arm {
-  const bytes = rows * cols / 2 + rows * cols / 32;
-  const count = Math.max(2, Math.ceil(SET_BYTES / bytes));
-  const Ps = Array.from({ length: count }, (_, i) => fillBytes(rows * cols / 2, i + 7));
-  const Ss = Array.from({ length: count }, () => new Uint8Array(rows * cols / 32).fill(120));
+  const { bytes, count, Ps, Ss } = mxfp4Set(rows, cols, SET_BYTES);
   const X = new Float32Array(cols).fill(0.01), Y = new Float32Array(rows);
-  return { kernel: "mxfp4", shape: `${rows}×${cols}`, bytesPerCall: bytes, count, call: (i) => k.k3_matmul_mxfp4(Ps[i % count], Ss[i % count], X, Y, rows, cols, 1) };
+  return { kernel: "mxfp4", shape: `${rows}×${cols}`, bytesPerCall: bytes, count, call: (i) => k.k3_matmul_mxfp4(Ps[i % count]!, Ss[i % count]!, X, Y, rows, cols, 1) };
 }
 
 /** GB/s of one timed pass over the whole set (each matrix once, after one warm-up pass). */

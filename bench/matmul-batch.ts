@@ -8,6 +8,7 @@
 // DRAM. Two rates per run: weight GB/s (weight bytes / time; every weight is read once per call
 // whatever T is) and G w·t/s (weight × token products per second: the compute view).
 import { loadKernels, ISA } from "../src/kernels.ts";
+import { bf16Set, mxfp4Set } from "./weights.ts";
 
 const k = loadKernels();
 const arg = (name: string, dflt: string) => {
@@ -25,30 +26,15 @@ const isas = [
 
 type Arm = { kernel: string; rows: number; cols: number; bytes: number; count: number; call: (i: number, X: Float32Array, Y: Float32Array, T: number) => void };
 
-function fillBytes(n: number, seed: number) {
-  const a = new Uint8Array(n);
-  let x = seed >>> 0;
-  for (let i = 0; i < n; i += 4) { x = (Math.imul(x, 1664525) + 1013904223) >>> 0; a[i] = x; a[i + 1] = x >>> 8; a[i + 2] = x >>> 16; a[i + 3] = x >>> 24; }
-  return a;
-}
 
 function bf16Arm(rows: number, cols: number): Arm {
-  const bytes = rows * cols * 2;
-  const count = Math.max(2, Math.ceil(SET_BYTES / bytes));
-  const Ws = Array.from({ length: count }, (_, i) => {
-    const w = new Uint16Array(fillBytes(bytes, i + 1).buffer);
-    for (let j = 0; j < w.length; j++) w[j] = (w[j] & 0x80ff) | 0x3c00; // sane exponents
-    return w;
-  });
-  return { kernel: "bf16", rows, cols, bytes, count, call: (i, X, Y, T) => k.k3_matmul_bf16(Ws[i % count], X, Y, rows, cols, T) };
+  const { bytes, count, Ws } = bf16Set(rows, cols, SET_BYTES);
+  return { kernel: "bf16", rows, cols, bytes, count, call: (i, X, Y, T) => k.k3_matmul_bf16(Ws[i % count]!, X, Y, rows, cols, T) };
 }
 
 function mxfp4Arm(rows: number, cols: number): Arm {
-  const bytes = rows * cols / 2 + rows * cols / 32;
-  const count = Math.max(2, Math.ceil(SET_BYTES / bytes));
-  const Ps = Array.from({ length: count }, (_, i) => fillBytes(rows * cols / 2, i + 7));
-  const Ss = Array.from({ length: count }, () => new Uint8Array(rows * cols / 32).fill(120));
-  return { kernel: "mxfp4", rows, cols, bytes, count, call: (i, X, Y, T) => k.k3_matmul_mxfp4(Ps[i % count], Ss[i % count], X, Y, rows, cols, T) };
+  const { bytes, count, Ps, Ss } = mxfp4Set(rows, cols, SET_BYTES);
+  return { kernel: "mxfp4", rows, cols, bytes, count, call: (i, X, Y, T) => k.k3_matmul_mxfp4(Ps[i % count]!, Ss[i % count]!, X, Y, rows, cols, T) };
 }
 
 /** Seconds for one pass over the whole set (each matrix once). */
