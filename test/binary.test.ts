@@ -156,3 +156,65 @@ describe("compiled k3", () => {
     for (const f of files) expect(Bun.hash(readFileSync(join(a, f)))).toBe(Bun.hash(readFileSync(join(b, f))));
   });
 });
+
+describe("compiled k3: the inspection and maintenance commands", () => {
+  const REF = resolve(ROOT, "../shared/reference");
+  const meta = ["--config", join(REF, "k3/config.json"), "--index", join(REF, "k3/model.safetensors.index.json.gz")];
+
+  test("info and plan on the real release metadata (no shards)", () => {
+    const info = k3(["info", ...meta, "--json"]);
+    expect(info.code).toBe(0);
+    const j = JSON.parse(info.out);
+    expect(JSON.stringify(j)).toContain("108811877376"); // trunk bytes
+    expect(JSON.stringify(j)).toContain("17547264"); // one expert
+    const plan = k3(["plan", ...meta, "--preset", "laptop", "--json"]);
+    expect(plan.code).toBe(0);
+    const p = JSON.parse(plan.out);
+    expect(p.totalBytes).toBeLessThanOrEqual(8 * 2 ** 30);
+    const below = k3(["plan", ...meta, "--ram", "1G"]);
+    expect(below.code).toBe(3); // budget below the floor
+    expect(below.err).toContain("floor");
+  });
+
+  test("verify, detokenize, simulate-cache on a generated model and a real trace", async () => {
+    const { tinyModel } = await import("./helpers/models.ts");
+    const dir = await tinyModel("tiny-b");
+    const v = k3(["verify", dir]);
+    expect(v.code).toBe(0);
+    expect(v.out).toContain("sizes match their headers");
+    const ids = k3(["tokenize", dir, "hello world", "--json"]);
+    expect(ids.code).toBe(0);
+    const d = k3(["detokenize", dir, JSON.parse(ids.out).ids.join(",")]);
+    expect(d.code).toBe(0);
+    expect(d.out).toContain("hello world");
+    const sim = k3(["simulate-cache", join(REF, "traces/olmoe-1b-7b.routing.jsonl"), "--slots", "1x", "--json"]);
+    expect(sim.code).toBe(0);
+    expect(sim.out.length).toBeGreaterThan(10);
+  });
+
+  test("serve answers /health and a completion, then stops on SIGTERM", async () => {
+    const { tinyModel } = await import("./helpers/models.ts");
+    const dir = await tinyModel("tiny-a");
+    const p = Bun.spawn([bin, "serve", dir, "--port", "0", "--threads", "1"], { env: userEnv(join(tmp, "serve-home")), stdout: "pipe", stderr: "pipe" });
+    try {
+      const reader = p.stderr.getReader();
+      let text = "";
+      let url: string | undefined;
+      while (!url) {
+        const r = await reader.read();
+        if (r.done) throw new Error(`serve exited: ${text}`);
+        text += new TextDecoder().decode(r.value);
+        url = text.match(/http:\/\/127\.0\.0\.1:\d+/)?.[0];
+      }
+      reader.releaseLock();
+      expect((await fetch(`${url}/health`)).status).toBe(200);
+      const res = await fetch(`${url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ prompt: [1, 2, 3], max_tokens: 3 }) });
+      expect(res.status).toBe(200);
+      const body = (await res.json()) as { usage: { completion_tokens: number } };
+      expect(body.usage.completion_tokens).toBe(3);
+    } finally {
+      p.kill("SIGTERM");
+      await p.exited;
+    }
+  });
+});

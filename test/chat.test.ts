@@ -197,3 +197,26 @@ describe("chat fixtures through files", () => {
     expect(renderChat(fromFile)).toEqual(cases["kitchen_sink"]!.segments);
   });
 });
+
+describe("malformed conversations are usage errors naming the field", () => {
+  const bad: [string, unknown][] = [
+    ["messages[0].content[0]", [{ role: "user", content: [null] }]],
+    ["messages[0].tool_calls[0]", [{ role: "assistant", content: "x", tool_calls: [null] }]],
+    ["messages[0].tool_calls", [{ role: "assistant", content: "x", tool_calls: "x" }]],
+    ["messages[0].name", [{ role: "tool", content: "x", name: 7 }]],
+    ["messages[0].role", [{ content: "x" }]],
+    ["messages[1]", [{ role: "user", content: "x" }, 5]],
+  ];
+  for (const [field, messages] of bad)
+    test(field, () => {
+      let err: unknown;
+      try {
+        renderChat({ messages } as ChatInput);
+      } catch (e) {
+        err = e;
+      }
+      expect(err).toBeInstanceOf(K3Error);
+      expect((err as K3Error).code).toBe("USAGE");
+      expect((err as K3Error).message).toContain(field);
+    });
+});

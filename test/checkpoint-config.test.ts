@@ -133,3 +133,16 @@ describe("config: refusals", () => {
     expect(e2.message).toContain("absent.json");
   });
 });
+
+describe("corrupt values are problems, never crashes", () => {
+  test("a null quantization group and an absurd layer count are listed like any other problem", () => {
+    const j = tinyConfigJson() as any;
+    const groups = j.text_config.quantization_config.config_groups;
+    groups[Object.keys(groups)[0]!] = null;
+    j.text_config.num_hidden_layers = 1e15;
+    const err = catchK3(() => parseConfig(j, "test"));
+    expect(err.code).toBe("CONFIG");
+    expect(err.problems.some((p) => p.includes("config_groups") && p.includes("null"))).toBe(true);
+    expect(err.problems.some((p) => p.includes("num_hidden_layers") && p.includes("implausible"))).toBe(true);
+  });
+});

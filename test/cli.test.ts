@@ -29,3 +29,33 @@ describe("cli", () => {
     expect(r.err).toContain("bogus");
   });
 });
+
+describe("options", () => {
+  test("an unknown option is a usage error naming it (citty alone would ignore it)", () => {
+    const r = k3(["run", "/nonexistent", "--prompt", "hi", "--temprature", "0.9"]);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain("--temprature");
+    expect(r.out).toBe("");
+  });
+  test("--no-<boolean> and --name=value forms are known options", () => {
+    const r = k3(["run", "/nonexistent", "--prompt=hi", "--no-lookahead"]);
+    expect(r.err).not.toContain("unknown option");
+    expect(r.code).toBe(1); // the model folder does not exist
+  });
+});
+
+describe("broken pipe", () => {
+  test("`k3 run … | head` ends quietly with 141 when the reader goes away (no stack trace)", async () => {
+    const { tinyModel } = await import("./helpers/models.ts");
+    const dir = await tinyModel("tiny-a");
+    const p = Bun.spawn([...CLI, "run", dir, "--prompt", "hello", "--gen", "100000", "--threads", "1"], { stdout: "pipe", stderr: "pipe", stdin: "ignore", env: { ...process.env, NO_COLOR: "1" } });
+    const reader = p.stdout.getReader();
+    await reader.read(); // the first token arrived
+    await reader.cancel(); // the reader closes its end, as `head` does
+    const code = await p.exited;
+    const err = await new Response(p.stderr).text();
+    expect(code).toBe(141);
+    expect(err).not.toContain("EPIPE");
+    expect(err).not.toMatch(/\n\s+at /); // no stack trace
+  });
+});

@@ -54,3 +54,15 @@ describe("catalogue cache", () => {
     }
   });
 });
+
+describe("a damaged cache file", () => {
+  test("valid JSON with missing fields costs a re-read, never the run", async () => {
+    const d = await fresh("idx-damaged");
+    const { writeFileSync } = await import("node:fs");
+    writeFileSync(join(d, INDEX_CACHE_FILE), JSON.stringify({ format: "k3-index-1", root: d, index: "x" }));
+    const a = openCheckpointCached(d);
+    expect(a.fromCache).toBe(false);
+    expect(a.tensors.size).toBeGreaterThan(0);
+    expect(openCheckpointCached(d).fromCache).toBe(true); // rewritten intact
+  });
+});

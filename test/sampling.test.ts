@@ -166,3 +166,10 @@ describe("StopMatcher", () => {
     expect(m.push("abc")).toEqual({ text: "abc", stopped: false });
   });
 });
+
+describe("tiny temperatures", () => {
+  test("a temperature near the smallest double still picks the argmax, never a NaN-weighted id", () => {
+    const logits = new Float32Array([1, 5, 3, 2, -1]);
+    for (const t of [1e-300, 1e-310, Number.MIN_VALUE]) expect(createSampler({ temperature: t, seed: 1 }).sample(logits)).toBe(1);
+  });
+});

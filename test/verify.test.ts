@@ -102,3 +102,15 @@ describe("--trace", () => {
     expect(JSON.parse(p.stdout.toString())).toBeTruthy();
   });
 });
+
+describe("--verify reports its cost", () => {
+  test("run --verify --json carries verify_ms", async () => {
+    const d = copyModel("verify-cost", await tinyModel("tiny-b"));
+    verifyModel(d, { record: true });
+    const p = Bun.spawnSync([...CLI, "run", d, "--ids", "1,2", "--gen", "3", "--verify", "--json", "--threads", "1"], { stdin: "ignore", env: { ...process.env, NO_COLOR: "1" } });
+    expect(p.exitCode).toBe(0);
+    const stats = JSON.parse(p.stdout.toString()).stats;
+    expect(typeof stats.verify_ms).toBe("number");
+    expect(stats.verify_ms).toBeGreaterThanOrEqual(0);
+  });
+});

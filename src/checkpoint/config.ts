@@ -9,6 +9,9 @@ import type { LayerKind, ModelConfig } from "./types.ts";
 /** Experts are MXFP4 with one E8M0 scale per 32 weights (MODEL.md §3); shapes depend on it. */
 export const MXFP4_GROUP = 32;
 
+/** Far above any real model (K3: 93); guards per-layer allocations against a corrupt config. */
+const MAX_LAYERS = 4096;
+
 type Json = Record<string, unknown>;
 
 /** Reads typed fields out of a JSON object, recording a problem (with its JSON path) per bad field. */
@@ -129,7 +132,12 @@ export function parseConfig(json: unknown, source: string): ModelConfig {
   const padTokenId = r.int(top, "pad_token_id", "pad_token_id", 0);
 
   const hidden = r.int(tc, "hidden_size", `${T}hidden_size`, 1);
-  const numLayers = r.int(tc, "num_hidden_layers", `${T}num_hidden_layers`, 1);
+  let numLayers = r.int(tc, "num_hidden_layers", `${T}num_hidden_layers`, 1);
+  // Per-layer arrays are sized by it: an absurd value must be a problem, not an allocation.
+  if (numLayers > MAX_LAYERS) {
+    r.problem(`${T}num_hidden_layers`, `${numLayers} is implausible (at most ${MAX_LAYERS})`);
+    numLayers = NaN;
+  }
   const vocab = r.int(tc, "vocab_size", `${T}vocab_size`, 1);
   const rmsEps = r.num(tc, "rms_norm_eps", `${T}rms_norm_eps`, "a number > 0", pos);
   const tieWordEmbeddings = r.exactly(tc, "tie_word_embeddings", `${T}tie_word_embeddings`, false, "K3 ships a separate lm_head");
@@ -187,7 +195,8 @@ export function parseConfig(json: unknown, source: string): ModelConfig {
     if (names.length === 0) r.problem(`${T}quantization_config.config_groups`, "expected at least one group");
     for (const g of names) {
       const P = `${T}quantization_config.config_groups.${g}`;
-      const w = r.object(groups[g] as Json, "weights", `${P}.weights`);
+      const group = r.object(groups, g, P); // a null or non-object group is a problem, not a crash
+      const w = r.object(group, "weights", `${P}.weights`);
       r.exactly(w, "num_bits", `${P}.weights.num_bits`, 4, "MXFP4");
       r.exactly(w, "group_size", `${P}.weights.group_size`, MXFP4_GROUP, "one E8M0 scale per 32 weights");
     }

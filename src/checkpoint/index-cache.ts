@@ -44,7 +44,18 @@ function currentStamps(root: string, shardFiles: string[]): Stamp[] | null {
   }
 }
 
+/** The cached catalogue if it is intact and current; null (a full re-read) on any doubt. */
 function tryLoad(root: string, path: string): Checkpoint | null {
+  try {
+    return load(root, path);
+  } catch {
+    // A damaged cache file (valid JSON, wrong fields) costs a re-read, never the run: the full
+    // read that follows reports any real problem of the model itself (config, shards).
+    return null;
+  }
+}
+
+function load(root: string, path: string): Checkpoint | null {
   let body: any;
   try {
     body = JSON.parse(readFileSync(path, "utf8"));

@@ -25,7 +25,16 @@ const main = defineCommand({
   },
 });
 
+/** Exit status when stdout's reader went away (`k3 run … | head`): the shell's SIGPIPE code. */
+const EXIT_BROKEN_PIPE = 141;
+
+function isBrokenPipe(err: unknown): boolean {
+  return typeof err === "object" && err !== null && (err as { code?: unknown }).code === "EPIPE";
+}
+
 function fail(err: unknown): never {
+  // The reader of stdout closed the pipe: nobody wants more output. Stop quietly.
+  if (isBrokenPipe(err)) process.exit(EXIT_BROKEN_PIPE);
   if (err instanceof K3Error) {
     log.error(err.message);
     process.exit(EXIT_CODES[err.code]);
@@ -50,6 +59,8 @@ async function run(rawArgs: string[]): Promise<void> {
     await showUsage(main);
     return;
   }
+  const [cmd] = await resolveForUsage(rawArgs);
+  if (cmd !== main) rejectUnknownOptions(cmd, rawArgs);
   try {
     await runCommand(main, { rawArgs });
   } catch (err) {
@@ -60,6 +71,32 @@ async function run(rawArgs: string[]): Promise<void> {
       process.exit(EXIT_CODES.USAGE);
     }
     throw err;
+  }
+}
+
+/**
+ * citty ignores options it does not know, so `--temprature 0.9` or `--max-tokens 2` would run
+ * with defaults and say nothing. Every `--name` must be one of the command's options (booleans
+ * also as `--no-name`); anything after `--` is an operand.
+ */
+function rejectUnknownOptions(cmd: CommandDef<any>, rawArgs: string[]): void {
+  const defs = (cmd.args ?? {}) as Record<string, { type?: string; alias?: string | string[] }>;
+  const known = new Set<string>();
+  for (const [name, d] of Object.entries(defs)) {
+    known.add(name);
+    for (const a of [d.alias ?? []].flat()) known.add(a);
+    if (d.type === "boolean") known.add(`no-${name}`);
+  }
+  const unknown: string[] = [];
+  for (const a of rawArgs) {
+    if (a === "--") break;
+    if (!a.startsWith("--") || a === "--help") continue;
+    const name = a.slice(2).split("=")[0]!;
+    if (!known.has(name)) unknown.push(a.split("=")[0]!);
+  }
+  if (unknown.length) {
+    const name = (cmd.meta as { name?: string } | undefined)?.name ?? "";
+    throw new K3Error("USAGE", `unknown option${unknown.length > 1 ? "s" : ""} ${unknown.join(", ")} for k3 ${name}`, [`see k3 ${name} --help`]);
   }
 }
 

@@ -55,8 +55,8 @@ export function saveSession(k: Kernels, state: SessionState, pending: number[], 
   head.write(MAGIC, 0, "latin1");
   head.writeUInt32LE(json.length, 8);
   const tmp = `${path}.${process.pid}.tmp`;
-  const fd = openSync(tmp, "w");
   try {
+    const fd = openSync(tmp, "w");
     try {
       writeSync(fd, head);
       writeSync(fd, json);

@@ -40,6 +40,7 @@ export function k3Json(s: GenerationStats) {
     expert_requests: s.io.expertRequests,
     expert_hits: s.io.expertHits,
     io_wait_ms: round2(s.io.ioWaitMs),
+    verify_ms: round2(s.io.verifyMs),
     direct_io: s.io.directIo,
     peak_rss_bytes: s.peakRssBytes,
   };

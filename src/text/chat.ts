@@ -161,7 +161,48 @@ class ImageSplicer {
   }
 }
 
+/** Shapes the renderer relies on, checked up front: a malformed conversation is the caller's
+ *  error (USAGE: exit 2 in the CLI, 400 from the server), never a TypeError deep inside. */
+function checkInput(input: ChatInput): void {
+  const problems: string[] = [];
+  const isObj = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
+  const str = (v: unknown) => v === undefined || v === null || typeof v === "string";
+  const strOrNum = (v: unknown) => str(v) || typeof v === "number";
+  if (!isObj(input) || !Array.isArray(input.messages)) throw new K3Error("USAGE", "invalid conversation", ["messages must be an array of message objects"]);
+  input.messages.forEach((m, i) => {
+    const at = `messages[${i}]`;
+    if (!isObj(m)) return void problems.push(`${at}: expected an object`);
+    if (typeof m.role !== "string") problems.push(`${at}.role: expected a string`);
+    for (const k of ["name", "reasoning_content", "reasoning", "tool"] as const) if (!str(m[k])) problems.push(`${at}.${k}: expected a string`);
+    if (!strOrNum(m.tool_call_id)) problems.push(`${at}.tool_call_id: expected a string`);
+    const c = m.content;
+    if (Array.isArray(c)) {
+      c.forEach((part, j) => {
+        if (!isObj(part) || typeof part.type !== "string") problems.push(`${at}.content[${j}]: expected an object with a string "type"`);
+        else if (part.type === "text" && typeof part.text !== "string") problems.push(`${at}.content[${j}].text: expected a string`);
+      });
+    } else if (!str(c)) problems.push(`${at}.content: expected a string, an array of parts, or null`);
+    if (m.tool_calls !== undefined && m.tool_calls !== null) {
+      if (!Array.isArray(m.tool_calls)) problems.push(`${at}.tool_calls: expected an array`);
+      else
+        m.tool_calls.forEach((call, j) => {
+          const ct = `${at}.tool_calls[${j}]`;
+          if (!isObj(call)) return void problems.push(`${ct}: expected an object`);
+          if (!strOrNum(call.id)) problems.push(`${ct}.id: expected a string`);
+          const fn = call.function ?? call;
+          if (!isObj(fn) || typeof fn.name !== "string") problems.push(`${ct}.function.name: expected a string`);
+          else if (!(fn.arguments === undefined || fn.arguments === null || typeof fn.arguments === "string" || isObj(fn.arguments)))
+            problems.push(`${ct}.function.arguments: expected a JSON string or an object`);
+        });
+    }
+    if (m.tools !== undefined && m.tools !== null && !Array.isArray(m.tools)) problems.push(`${at}.tools: expected an array`);
+  });
+  if (input.tools !== undefined && input.tools !== null && !Array.isArray(input.tools)) problems.push("tools: expected an array");
+  if (problems.length) throw new K3Error("USAGE", "invalid conversation", problems);
+}
+
 export function renderChat(input: ChatInput): Segment[] {
+  checkInput(input);
   const thinking = input.thinking ?? true;
   const images = new ImageSplicer(input.image_prompts ?? null);
   const w = new SegmentWriter(images);

@@ -44,7 +44,15 @@ export function createSampler(opts: SamplerOptions = {}): Sampler {
 
   if (temperature === 0) return { sample: argmax };
   const rng = new Xoshiro128ss(opts.seed ?? 0);
-  return { sample: (logits) => sampleFiltered(logits, temperature, topK, topP, minP, rng) };
+  // Per-sampler buffers (vocab-sized, float64), reused every token: no allocation per token.
+  const buf = { w: new Float64Array(0), scratch: new Float64Array(0) };
+  return {
+    sample: (logits) => {
+      if (buf.w.length !== logits.length) buf.w = new Float64Array(logits.length);
+      if ((topK > 0 || topP < 1) && buf.scratch.length !== logits.length) buf.scratch = new Float64Array(logits.length);
+      return sampleFiltered(logits, temperature, topK, topP, minP, rng, buf.w, buf.scratch);
+    },
+  };
 }
 
 /** Greedy: index of the largest logit, lowest id on ties; NaN never wins. */
@@ -69,21 +77,22 @@ function sampleFiltered(
   topP: number,
   minP: number,
   rng: Xoshiro128ss,
+  w: Float64Array,
+  scratch: Float64Array,
 ): number {
   const n = logits.length;
   const top = argmax(logits);
   const maxLogit = logits[top]!;
   if (maxLogit === Infinity || maxLogit === -Infinity) return top;
-  const maxZ = maxLogit / temperature;
 
   // w: (n) unnormalised float64 probabilities; 0 marks a dropped or impossible token.
-  const w = new Float64Array(n);
+  // (l − max) / T, never l/T − max/T: with a tiny T the latter overflows to ∞ − ∞ = NaN.
   for (let i = 0; i < n; i++) {
     const l = logits[i]!;
-    w[i] = l === l ? Math.exp(l / temperature - maxZ) : 0; // NaN → 0
+    w[i] = l === l ? Math.exp((l - maxLogit) / temperature) : 0; // NaN → 0
   }
-  if (topK > 0 && topK < n) keepTopK(w, topK);
-  if (topP < 1) keepTopP(w, topP);
+  if (topK > 0 && topK < n) keepTopK(w, topK, scratch);
+  if (topP < 1) keepTopP(w, topP, scratch);
   if (minP > 0) {
     for (let i = 0; i < n; i++) if (w[i]! < minP) w[i] = 0; // max w is exactly 1 and survives
   }
@@ -106,8 +115,9 @@ function sampleFiltered(
 /** Zero all but the k largest weights. w = exp(z - max) is monotonic in the logit, so this is
  *  top-k by logit, except that logits whose weights round to the same float64 (or underflow to 0)
  *  count as ties; among equal weights at the cut, the lower ids stay. */
-function keepTopK(w: Float64Array, k: number) {
-  const sorted = Float64Array.from(w).sort(); // ascending
+function keepTopK(w: Float64Array, k: number, scratch: Float64Array) {
+  scratch.set(w);
+  const sorted = scratch.sort(); // ascending
   const cut = sorted[sorted.length - k]!; // k-th largest weight
   let above = 0;
   for (let i = 0; i < w.length; i++) if (w[i]! > cut) above++;
@@ -122,10 +132,11 @@ function keepTopK(w: Float64Array, k: number) {
 
 /** Keep the shortest (w desc, id asc) prefix holding ≥ p of the mass. Summation runs in that
  *  order, so the cut does not depend on anything but the weights. */
-function keepTopP(w: Float64Array, p: number) {
+function keepTopP(w: Float64Array, p: number, scratch: Float64Array) {
   let total = 0;
   for (let i = 0; i < w.length; i++) total += w[i]!;
-  const desc = Float64Array.from(w).sort().reverse();
+  scratch.set(w);
+  const desc = scratch.sort().reverse();
   const target = p * total;
   let acc = 0;
   let taken = 0;

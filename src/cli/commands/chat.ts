@@ -186,7 +186,11 @@ async function repl(engine: Engine, start: ChatMessage[], opts: ChatOptions): Pr
             continue;
           case "/save":
             if (!arg) throw new K3Error("USAGE", "/save needs a file name");
-            writeFileSync(arg, `${JSON.stringify(messages, null, 2)}\n`);
+            try {
+              writeFileSync(arg, `${JSON.stringify(messages, null, 2)}\n`);
+            } catch (err) {
+              throw new K3Error("IO", `cannot save the conversation to ${arg}: ${(err as Error).message}`);
+            }
             process.stderr.write(dim(`saved ${messages.length} messages to ${arg}\n`));
             continue;
           case "/load":

@@ -4,7 +4,8 @@
 // stats line go to stderr. Ctrl-C stops after the current token: what was printed stays, the
 // stats line is printed, and the exit status is 130.
 import { defineCommand } from "citty";
-import { readFileSync } from "node:fs";
+import { accessSync, constants, readFileSync } from "node:fs";
+import { dirname, resolve } from "node:path";
 import { streamCompletion, type CompletionResult, type GenOptions } from "../../conversation.ts";
 import { Engine, type GenerationStats } from "../../engine.ts";
 import { K3Error } from "../../errors.ts";
@@ -89,6 +90,9 @@ export default defineCommand({
   async run({ args, rawArgs }) {
     const gen = positiveInt(args.gen, "--gen") ?? 32;
     const sampling = samplingOptions(args, rawArgs, 0);
+    // Stop strings match decoded text: with --ids the output is ids, so the match could not be
+    // shown as cut (the stop token's id would already be printed). Refuse rather than mislead.
+    if (sampling.stop?.length && args.ids !== undefined) throw new K3Error("USAGE", "--stop matches text and cannot be combined with --ids");
     const stdinModel = args.model === "-";
     const sources = [args.prompt !== undefined, args["prompt-file"] !== undefined, args.ids !== undefined, stdinModel].filter(Boolean).length;
     if (sources > 1) throw new K3Error("USAGE", "give only one of --prompt, --prompt-file, --ids, -");
@@ -101,9 +105,19 @@ export default defineCommand({
     else throw new K3Error("USAGE", "no prompt: use --prompt, --prompt-file, --ids, or pipe text on stdin");
     if (prompt.length === 0 && !args["load-session"]) throw new K3Error("USAGE", "the prompt is empty");
 
+    // A session file that cannot be written must fail now, not after the whole generation.
+    if (args["save-session"]) {
+      const target = resolve(args["save-session"]);
+      try {
+        accessSync(dirname(target), constants.W_OK);
+      } catch {
+        throw new K3Error("USAGE", `cannot write the session file ${target}: its folder does not exist or is not writable`);
+      }
+    }
     const dir = await modelDirOrDemo(stdinModel ? undefined : args.model);
     const engine = Engine.open(dir, engineOptions(args));
     try {
+      if (sampling.stop?.length && !engine.tokenizerDir) throw new K3Error("TOKENIZER", `--stop needs a tokenizer to match text, and ${dir} has none`);
       const textOut = typeof prompt === "string";
       const session = args["load-session"] ? engine.loadSession(args["load-session"]) : engine.createSession();
       // A restored session continues: its tokens come first, the new prompt (if any) after them.
@@ -207,6 +221,7 @@ export function statsJson(s: GenerationStats, engine: Engine) {
     lookahead_issued: s.io.lookaheadIssued,
     lookahead_used: s.io.lookaheadUsed,
     io_wait_ms: round(s.io.ioWaitMs),
+    verify_ms: round(s.io.verifyMs),
     direct_io: s.io.directIo,
     bytes_read_per_token: Math.round(s.ioPerToken.bytesRead),
     peak_rss_bytes: s.peakRssBytes,
@@ -223,6 +238,7 @@ export function statsLine(s: GenerationStats, engine: Engine, finishReason: stri
     `read ${formatBytes(s.ioPerToken.bytesRead)}/token`,
     `hits ${s.io.expertHits}/${s.io.expertRequests}`,
     `direct I/O ${s.io.directIo ? "on" : "off"}`,
+    s.io.verifyMs > 0 ? `verify ${(s.io.verifyMs / 1000).toFixed(2)} s` : "",
     `peak RSS ${formatBytes(s.peakRssBytes)}`,
     `${engine.threads} threads`,
     finishReason === "length" ? "" : `stop: ${finishReason}`,

@@ -24,6 +24,7 @@ export default defineCommand({
     const workingSet = trace.k * trace.layers;
     const slotList = parseSlotList(args.slots, workingSet);
     const policies = args.policy.split(",").map((p) => p.trim()).filter(Boolean);
+    if (policies.length === 0) throw new K3Error("USAGE", "--policy needs at least one policy", [`known: ${ALL_POLICIES.join(", ")}`]);
     const unknown = policies.filter((p) => !isPolicyName(p));
     if (unknown.length) throw new K3Error("USAGE", "unknown cache policy", unknown.map((p) => `"${p}" (known: ${ALL_POLICIES.join(", ")})`));
     const small = slotList.filter((s) => s < trace.k);
