@@ -198,6 +198,9 @@ describe("bad input → OpenAI-style 4xx, never a crash", () => {
     ["prompt over the context limit", () => post(cmplUrl(), { prompt: new Array(5000).fill(1), max_tokens: 1 }), 400, "prompt", "context_length_exceeded"],
     ["streamed prompt over the context limit", () => post(cmplUrl(), { prompt: new Array(5000).fill(1), stream: true }), 400, "prompt", "context_length_exceeded"],
     ["unknown route", () => fetch(`${server.url}/v1/embeddings`), 404, null, "unknown_route"],
+    ["tool_calls item is null", () => post(chatUrl(), { messages: [{ role: "assistant", content: "x", tool_calls: [null] }, ...messages] }), 400, null, null],
+    ["tool message name not a string", () => post(chatUrl(), { messages: [...messages, { role: "tool", content: "x", name: 7 }] }), 400, null, null],
+    ["body nested 20,000 deep", () => post(chatUrl(), `{"messages":[{"role":"user","content":"x"}],"tools":${"[".repeat(20000)}${"]".repeat(20000)}}`), 400, null, "invalid_value"],
     ["GET on a POST route", () => fetch(chatUrl()), 405, null, "method_not_allowed"],
   ];
   for (const [name, send, status, param, code] of cases) {

@@ -44,7 +44,27 @@ export async function readJsonObject(req: Request): Promise<Body> {
     throw badRequest(`request body is not valid JSON: ${(e as Error).message}`, null, "invalid_json");
   }
   if (body === null || typeof body !== "object" || Array.isArray(body)) throw badRequest("request body must be a JSON object");
+  if (nestingDepth(body) > MAX_NESTING)
+    throw badRequest(`request body nests deeper than ${MAX_NESTING} levels`, null, "invalid_value");
   return body as Body;
+}
+
+/** Deeper JSON than any real request (tool schemas included) would only reach recursive code
+ *  (the chat renderer's JSON writer) to overflow its stack: refuse it at the edge. */
+const MAX_NESTING = 64;
+
+/** Depth of nested arrays/objects, measured without recursion (the input is untrusted). */
+function nestingDepth(root: unknown): number {
+  let max = 0;
+  const stack: [unknown, number][] = [[root, 1]];
+  while (stack.length) {
+    const [v, d] = stack.pop()!;
+    if (v === null || typeof v !== "object") continue;
+    if (d > max) max = d;
+    if (max > MAX_NESTING) return max;
+    for (const child of Array.isArray(v) ? v : Object.values(v)) stack.push([child, d + 1]);
+  }
+  return max;
 }
 
 const typeName = (v: unknown) => (v === null ? "null" : Array.isArray(v) ? "array" : typeof v);
