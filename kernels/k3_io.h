@@ -47,5 +47,9 @@ K3_API void    k3_io_fail_nth(int64_t n);
 
 /* CRC-32 (IEEE, reflected, as zlib) of len bytes, continuing from crc (0 to start). */
 K3_API uint32_t k3_crc32(uint32_t crc, const void* buf, int64_t len);
+/* CRC-32C (Castagnoli) likewise: SSE4.2 hardware when present, else tables; same value.
+ * k3_crc32c_path forces a path (0 tables, 1 hardware if present, -1 auto) for tests. */
+K3_API uint32_t k3_crc32c(uint32_t crc, const void* buf, int64_t len);
+K3_API uint32_t k3_crc32c_path(uint32_t crc, const void* buf, int64_t len, int32_t path);
 
 #endif

@@ -55,7 +55,7 @@ export interface EngineOptions {
   ioThreads?: number;
   /** Every weight resident, no planner (the baseline the streaming path must match). */
   resident?: boolean;
-  /** Check every read against the CRC-32s `k3 verify --record` wrote (refuses if none exist). */
+  /** Check every read against the CRC-32Cs `k3 verify --record` wrote (refuses if none exist). */
   verify?: boolean;
   /** Write per-token expert routing (JSONL, the reference traces' format) to this file. */
   trace?: string;
@@ -464,7 +464,7 @@ export interface VerifyResult {
 
 /**
  * `k3 verify`: parse every shard header (the catalogue refuses bad offsets, dtypes, shapes),
- * check each shard's exact size, and optionally record a CRC-32 per expert and trunk unit.
+ * check each shard's exact size, and optionally record a CRC-32C per expert and trunk unit.
  * Throws K3Error CHECKPOINT naming the first shard whose size is wrong (after listing all).
  */
 export function verifyModel(dir: string, opts: { record?: boolean; onProgress?: (done: number, total: number) => void } = {}): VerifyResult {

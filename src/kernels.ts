@@ -85,6 +85,8 @@ export const symbols = {
   k3_io_wait_ns: { args: [], returns: i64_fast },
   k3_io_fail_nth: { args: [i64], returns: v },
   k3_crc32: { args: [u32, ptr, i64], returns: u32 },
+  k3_crc32c: { args: [u32, ptr, i64], returns: u32 }, // hardware (SSE4.2) or tables, same value
+  k3_crc32c_path: { args: [u32, ptr, i64, i32], returns: u32 }, // (…, path: 0 tables, 1 hardware, -1 auto)
 } as const;
 
 /** ISA ids of k3_isa_set / k3_isa_get (kernels/k3.h). */

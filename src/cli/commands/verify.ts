@@ -1,4 +1,4 @@
-// `k3 verify DIR [--record]`: shard sizes against headers; --record writes a CRC-32 per expert and
+// `k3 verify DIR [--record]`: shard sizes against headers; --record writes a CRC-32C per expert and
 // per trunk unit so that `run --verify` can check every read.
 import { defineCommand } from "citty";
 import { verifyModel } from "../../engine.ts";
@@ -10,7 +10,7 @@ export default defineCommand({
   meta: { name: "verify", description: "Check every shard against its header; --record checksums every expert and trunk unit" },
   args: {
     model: { type: "positional", required: false, description: "model directory (default: $K3_MODEL)" },
-    record: { type: "boolean", description: "read everything once and record CRC-32s for `run --verify`" },
+    record: { type: "boolean", description: "read everything once and record CRC-32Cs for `run --verify`" },
     json: { type: "boolean", description: "print the result as JSON" },
   },
   run({ args }) {
