@@ -57,7 +57,8 @@ export async function readSse(res: Response, stopAfter = Infinity): Promise<SseE
     }
   }
   if (events.length >= stopAfter) await reader.cancel();
-  return events;
+  // One network read can carry several frames: hand back exactly what was asked for.
+  return Number.isFinite(stopAfter) ? events.slice(0, stopAfter) : events;
 }
 
 export const post = (url: string, body: unknown, init: RequestInit = {}) =>
