@@ -123,6 +123,8 @@ const sessionFinalizer = new FinalizationRegistry<SessionState>((state) => state
 export class Session {
   /** A sampled token that has been emitted but not yet run through the model. */
   pending: number[] = [];
+  /** Metadata restored by Engine.loadSession (what saveSession was given), else undefined. */
+  meta: unknown;
   constructor(readonly state: SessionState) {
     sessionFinalizer.register(this, state, this);
   }
@@ -293,19 +295,22 @@ export class Engine {
     return this.fp;
   }
 
-  /** Save a session's state (KDA, conv, MLA cache, position, tokens) to a file. */
-  saveSession(session: Session, path: string): void {
+  /** Save a session's state (KDA, conv, MLA cache, position, tokens) to a file, with optional
+   *  JSON metadata the caller wants back (a chat keeps its messages there). */
+  saveSession(session: Session, path: string, meta?: unknown): void {
     this.alive();
     if (session.closed) throw new K3Error("USAGE", "cannot save a closed session");
     if (session.dirty) throw new K3Error("SESSION", "cannot save a session interrupted by an error: its state does not match its tokens");
-    saveSessionFile(this.k, session.state, session.pending, this.fingerprint, basename(resolve(this.dir)), path);
+    saveSessionFile(this.k, session.state, session.pending, this.fingerprint, basename(resolve(this.dir)), path, meta);
   }
 
   /** A new session restored from a file saved by the same model (refused otherwise). */
   loadSession(path: string): Session {
     const session = this.createSession();
     try {
-      session.pending = loadSessionFile(this.k, session.state, this.fingerprint, path);
+      const loaded = loadSessionFile(this.k, session.state, this.fingerprint, path);
+      session.pending = loaded.pending;
+      session.meta = loaded.meta;
     } catch (err) {
       session.state.free();
       throw err;

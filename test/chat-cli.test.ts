@@ -52,7 +52,7 @@ describe("k3 chat, non-interactive", () => {
       while (!r.done) r = it.next();
       expect(j.content).toBe(r.value.content);
       expect(j.reasoning).toBe("");
-      expect(j.usage).toEqual({ prompt_tokens: r.value.usage.promptTokens, completion_tokens: r.value.usage.completionTokens });
+      expect(j.usage).toEqual({ prompt_tokens: r.value.usage.promptTokens, completion_tokens: r.value.usage.completionTokens, cached_tokens: 0 });
       expect(j.finish_reason).toBe(r.value.finishReason);
     } finally {
       engine.close();

@@ -91,3 +91,41 @@ describe("k3 run --save-session / --load-session", () => {
     expect([...first, ...rest]).toEqual(whole);
   });
 });
+
+describe("k3 chat --save-session / --load-session", () => {
+  test("a second turn from a saved session answers exactly like a fresh run of the whole conversation", async () => {
+    const dir = await tinyModel("tiny-a");
+    const file = join(scratchDir("sess-chat"), "c.k3session");
+    const chat = (messages: unknown[], extra: string[]) => {
+      const p = Bun.spawnSync([process.execPath, "src/cli/main.ts", "chat", dir, "--json", "--gen", "6", "--temperature", "0", "--threads", "1", ...extra], {
+        stdin: Buffer.from(JSON.stringify(messages)),
+        env: { ...process.env, NO_COLOR: "1" },
+      });
+      expect(p.exitCode).toBe(0);
+      return JSON.parse(p.stdout.toString());
+    };
+    const first = [{ role: "user", content: "hello there" }];
+    const r1 = chat(first, ["--save-session", file]);
+    const second = [...first, { role: "assistant", content: r1.content, reasoning_content: r1.reasoning || undefined }, { role: "user", content: "and then?" }];
+    const resumed = chat(second, ["--load-session", file]);
+    const fresh = chat(second, []);
+    expect(resumed.content).toBe(fresh.content);
+    expect(resumed.reasoning).toBe(fresh.reasoning);
+    expect(fresh.usage.cached_tokens).toBe(0);
+  });
+
+  test("the saved messages come back with the session (what the REPL restores)", async () => {
+    const dir = await tinyModel("tiny-a");
+    const file = join(scratchDir("sess-meta"), "m.k3session");
+    const e = Engine.open(dir, { threads: 1 });
+    try {
+      const s = e.createSession();
+      e.prefill(s, PROMPT.slice(0, 3));
+      const messages = [{ role: "user", content: "hi" }];
+      e.saveSession(s, file, { messages });
+      expect(e.loadSession(file).meta).toEqual({ messages });
+    } finally {
+      e.close();
+    }
+  });
+});

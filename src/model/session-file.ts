@@ -21,12 +21,14 @@ export interface SessionHeader {
   history: number[];
   pending: number[];
   buffers: { name: string; bytes: number }[];
+  /** What the caller keeps with the state (e.g. a chat's messages); covered by the checksum. */
+  meta?: unknown;
   crc32: number; // CRC-32 of [pos, history, pending] (as JSON) continued over the payload
 }
 
 /** CRC-32 of the header's token fields, the start of the checksum that then covers the payload. */
-function headerCrc(k: Kernels, pos: number, history: number[], pending: number[]): number {
-  const bytes = Buffer.from(JSON.stringify([pos, history, pending]));
+function headerCrc(k: Kernels, pos: number, history: number[], pending: number[], meta?: unknown): number {
+  const bytes = Buffer.from(JSON.stringify(meta === undefined ? [pos, history, pending] : [pos, history, pending, meta]));
   return k.k3_crc32(0, bytes, bytes.byteLength);
 }
 
@@ -35,10 +37,10 @@ function liveBytes(name: string, bytes: number, pos: number, rowBytes: number): 
   return name.startsWith("mla.") ? pos * rowBytes : bytes;
 }
 
-export function saveSession(k: Kernels, state: SessionState, pending: number[], fingerprint: string, modelName: string, path: string): void {
+export function saveSession(k: Kernels, state: SessionState, pending: number[], fingerprint: string, modelName: string, path: string, meta?: unknown): void {
   const rowBytes = 4 * (state.cfg.kvLoraRank + state.cfg.qkRope);
   const parts = state.buffers().map(({ name, buf }) => ({ name, view: new Uint8Array(toArrayBuffer(buf.ptr as any, 0, liveBytes(name, buf.bytes, state.pos, rowBytes))) }));
-  let crc = headerCrc(k, state.pos, state.history, pending);
+  let crc = headerCrc(k, state.pos, state.history, pending, meta);
   for (const p of parts) crc = k.k3_crc32(crc, p.view, p.view.byteLength);
   const header: SessionHeader = {
     format: 1,
@@ -48,6 +50,7 @@ export function saveSession(k: Kernels, state: SessionState, pending: number[], 
     history: state.history,
     pending,
     buffers: parts.map((p) => ({ name: p.name, bytes: p.view.byteLength })),
+    ...(meta === undefined ? {} : { meta }),
     crc32: crc,
   };
   const json = Buffer.from(JSON.stringify(header));
@@ -100,8 +103,9 @@ export function readSessionHeader(path: string): { header: SessionHeader; payloa
   }
 }
 
-/** Fill `state` from a file written by saveSession for the same model; returns the pending ids. */
-export function loadSession(k: Kernels, state: SessionState, fingerprint: string, path: string): number[] {
+/** Fill `state` from a file written by saveSession for the same model; returns the pending ids
+ *  and the caller's metadata. */
+export function loadSession(k: Kernels, state: SessionState, fingerprint: string, path: string): { pending: number[]; meta: unknown } {
   const { header, payloadOffset, fileBytes } = readSessionHeader(path);
   if (header.model !== fingerprint)
     throw new K3Error("SESSION", `${path} belongs to another model (${header.modelName}, fingerprint ${header.model.slice(0, 12)}…), not this one (${fingerprint.slice(0, 12)}…)`);
@@ -117,7 +121,7 @@ export function loadSession(k: Kernels, state: SessionState, fingerprint: string
   const bad = ids.find((id) => !Number.isSafeInteger(id) || id < 0 || id >= state.cfg.vocab);
   if (bad !== undefined) throw new K3Error("SESSION", `${path}: token id ${bad} is outside this model's vocabulary`);
   const data = readFileSync(path).subarray(payloadOffset);
-  const crc = k.k3_crc32(headerCrc(k, header.pos, header.history, header.pending), data, data.byteLength);
+  const crc = k.k3_crc32(headerCrc(k, header.pos, header.history, header.pending, header.meta), data, data.byteLength);
   if (crc !== header.crc32) throw new K3Error("SESSION", `${path}: checksum mismatch (corrupted header tokens or payload)`);
   state.reset();
   let off = 0;
@@ -130,5 +134,5 @@ export function loadSession(k: Kernels, state: SessionState, fingerprint: string
   });
   state.pos = header.pos;
   state.history.push(...header.history);
-  return header.pending;
+  return { pending: header.pending, meta: header.meta };
 }

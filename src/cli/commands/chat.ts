@@ -30,6 +30,8 @@ export default defineCommand({
     effort: { type: "string", description: "thinking effort: low | high | max (default: none given to the model)" },
     system: { type: "string", description: "system message to start the conversation with" },
     json: { type: "boolean", description: "non-interactive: print {reasoning, content, tool_calls, finish_reason, usage, stats}" },
+    "load-session": { type: "string", description: "start from a saved session (model state; in the REPL also its messages)" },
+    "save-session": { type: "string", description: "save the session after the reply (REPL: after every reply)" },
     ...samplingArgs,
     ...engineArgs,
   },
@@ -42,10 +44,11 @@ export default defineCommand({
     const piped = interactive ? undefined : parseConversation(await readStdin(), "stdin");
     const start: ChatMessage[] = args.system ? [{ role: "system", content: args.system }] : [];
 
+    const files = { load: args["load-session"], save: args["save-session"] };
     const engine = Engine.open(await modelDirOrDemo(args.model), engineOptions(args));
     try {
-      if (piped) await replyOnce(engine, [...start, ...piped], opts, args.json ?? false);
-      else await repl(engine, start, opts);
+      if (piped) await replyOnce(engine, [...start, ...piped], opts, args.json ?? false, files);
+      else await repl(engine, start, opts, files);
     } finally {
       engine.close();
     }
@@ -85,13 +88,27 @@ export function parseConversation(text: string, where: string): ChatMessage[] {
   return messages as ChatMessage[];
 }
 
-async function replyOnce(engine: Engine, messages: ChatMessage[], opts: ChatOptions, json: boolean): Promise<void> {
+/** Saved session files of a chat. The state is reused only as far as the rendered conversation
+ *  starts with the session's tokens (prefix reuse); anything else is fed again, never guessed. */
+interface SessionFiles {
+  load?: string;
+  save?: string;
+}
+
+/** The messages a chat saved with its session (REPL), if any. */
+function savedMessages(session: Session): ChatMessage[] | undefined {
+  const meta = session.meta as { messages?: unknown } | undefined;
+  return Array.isArray(meta?.messages) ? (meta!.messages as ChatMessage[]) : undefined;
+}
+
+async function replyOnce(engine: Engine, messages: ChatMessage[], opts: ChatOptions, json: boolean, files: SessionFiles = {}): Promise<void> {
+  const session = files.load ? engine.loadSession(files.load) : engine.createSession();
   let cancelled = false;
   const onSigint = () => (cancelled = true);
   process.on("SIGINT", onSigint);
   let result: ChatResult;
   try {
-    const it = streamChat(engine, engine.createSession(), messages, {
+    const it = streamChat(engine, session, messages, {
       ...opts,
       shouldStop: () => cancelled,
       onPrefill: prefillProgress(),
@@ -110,13 +127,17 @@ async function replyOnce(engine: Engine, messages: ChatMessage[], opts: ChatOpti
   } finally {
     process.off("SIGINT", onSigint);
   }
+  if (files.save && !session.dirty) {
+    const assistant: ChatMessage = { role: "assistant", content: result.content, reasoning_content: result.reasoning || undefined };
+    engine.saveSession(session, files.save, { messages: [...messages, assistant] });
+  }
   if (json) {
     const out = {
       reasoning: result.reasoning,
       content: result.content,
       tool_calls: result.toolCalls.map((c) => ({ type: "function", function: { name: c.name, arguments: c.arguments } })),
       finish_reason: result.finishReason,
-      usage: { prompt_tokens: result.usage.promptTokens, completion_tokens: result.usage.completionTokens },
+      usage: { prompt_tokens: result.usage.promptTokens, completion_tokens: result.usage.completionTokens, cached_tokens: result.usage.cachedTokens },
       stats: statsJson(result.stats, engine),
     };
     process.stdout.write(`${JSON.stringify(out)}\n`);
@@ -140,11 +161,11 @@ const HELP = `commands:
   /help               this text
   /exit               leave (also Ctrl-D)`;
 
-async function repl(engine: Engine, start: ChatMessage[], opts: ChatOptions): Promise<void> {
+async function repl(engine: Engine, start: ChatMessage[], opts: ChatOptions, files: SessionFiles = {}): Promise<void> {
   const color = process.stdout.isTTY && !process.env.NO_COLOR;
   const dim = (s: string) => (color ? `\x1b[2m${s}\x1b[22m` : s);
-  const session: Session = engine.createSession();
-  let messages: ChatMessage[] = [...start];
+  const session: Session = files.load ? engine.loadSession(files.load) : engine.createSession();
+  let messages: ChatMessage[] = (files.load && savedMessages(session)) || [...start];
   let last: ChatResult | undefined;
   let generating = false;
   let cancelled = false;
@@ -247,6 +268,7 @@ async function repl(engine: Engine, start: ChatMessage[], opts: ChatOptions): Pr
       process.stdout.write("\n");
       const toolCalls = last.toolCalls.map((c) => ({ id: `call_${c.index}`, type: "function", function: { name: c.name, arguments: c.arguments } }));
       messages = [...turn, { role: "assistant", content: last.content, reasoning_content: last.reasoning || undefined, tool_calls: toolCalls.length ? toolCalls : undefined }];
+      if (files.save && !session.dirty) engine.saveSession(session, files.save, { messages });
       if (cancelled) process.stderr.write(dim("(stopped)\n"));
     } catch (err) {
       if (!(err instanceof K3Error)) throw err;
