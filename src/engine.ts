@@ -31,6 +31,7 @@ export { StopMatcher } from "./text/stop.ts";
 // Inspection without loading weights (`k3 info`, `k3 plan`, `k3 simulate-cache`).
 export { describeCheckpoint, describeMetadata, renderInfo } from "./checkpoint/describe.ts";
 export { catalogueFromMetadata, openCheckpoint } from "./checkpoint/catalogue.ts";
+export { openCheckpointCached } from "./checkpoint/index-cache.ts";
 export { computeCensus } from "./checkpoint/census.ts";
 export { DEFAULT_CONTEXT, planInputFromCensus, planMemory, type MemoryPlan } from "./memory/plan.ts";
 export { gib, PRESETS, resolveBudget } from "./memory/ram.ts";

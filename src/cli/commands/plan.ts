@@ -3,13 +3,9 @@
 import { defineCommand } from "citty";
 import { availableParallelism } from "node:os";
 import { K3Error } from "../../errors.ts";
-import { catalogueFromMetadata, openCheckpoint, computeCensus, DEFAULT_CONTEXT, planMemory, planInputFromCensus, type MemoryPlan, gib, PRESETS, resolveBudget } from "../../engine.ts";
+import { catalogueFromMetadata, openCheckpointCached, computeCensus, DEFAULT_CONTEXT, planMemory, planInputFromCensus, type MemoryPlan, gib, PRESETS, resolveBudget } from "../../engine.ts";
+import { positiveInt } from "../common.ts";
 
-function positiveInt(text: string, what: string): number {
-  const n = Number(text);
-  if (!Number.isInteger(n) || n < 1) throw new K3Error("USAGE", `${what} must be a positive integer, got "${text}"`);
-  return n;
-}
 
 /** "0-3,5,7-9" from a sorted list. */
 function ranges(xs: number[]): string {
@@ -59,10 +55,14 @@ export default defineCommand({
     json: { type: "boolean", default: false, description: "print the plan as JSON" },
   },
   run({ args }) {
+    // Flags first: a typo must not wait for every shard header to be read.
+    const budget = resolveBudget(args.preset, args.ram);
+    const threads = positiveInt(args.threads, "--threads") ?? availableParallelism();
+    const context = positiveInt(args.context, "--context") ?? DEFAULT_CONTEXT;
     let cfg, census, model: string;
     if (args.dir) {
       if (args.config || args.index) throw new K3Error("USAGE", "give a checkpoint directory or --config/--index, not both");
-      const ck = openCheckpoint(args.dir);
+      const ck = openCheckpointCached(args.dir);
       cfg = ck.config;
       census = computeCensus(cfg);
       model = ck.dir;
@@ -73,9 +73,7 @@ export default defineCommand({
       census = cat.census;
       model = `${args.config} + ${args.index}`;
     }
-    const budget = resolveBudget(args.preset, args.ram);
-    const threads = args.threads ? positiveInt(args.threads, "--threads") : availableParallelism();
-    const plan = planMemory(planInputFromCensus(cfg, census, budget.bytes, positiveInt(args.context, "--context") ?? DEFAULT_CONTEXT, threads));
+    const plan = planMemory(planInputFromCensus(cfg, census, budget.bytes, context, threads));
     if (args.json) process.stdout.write(`${JSON.stringify({ model, budgetSource: budget.source, ...plan }, null, 2)}\n`);
     else process.stdout.write(render(plan, budget.source, model));
   },
