@@ -269,35 +269,3 @@ K3_API int64_t k3_io_wait_ns(void) {
   pthread_mutex_unlock(&io.mu);
   return w;
 }
-
-/* CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320), slicing-by-8 (~8 bytes per step) with
- * tables built once. Exact integer math: identical on every machine and path. */
-static uint32_t crc_table[8][256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-static void crc_init(void) {
-  for (uint32_t i = 0; i < 256; i++) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    crc_table[0][i] = c;
-  }
-  for (uint32_t i = 0; i < 256; i++)
-    for (int t = 1; t < 8; t++) crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
-}
-
-K3_API uint32_t k3_crc32(uint32_t crc, const void* buf, int64_t len) {
-  pthread_once(&crc_once, crc_init);
-  const uint8_t* p = (const uint8_t*)buf;
-  crc = ~crc;
-  while (len >= 8) {
-    uint32_t lo, hi;
-    memcpy(&lo, p, 4);
-    memcpy(&hi, p + 4, 4);
-    lo ^= crc; /* little-endian hosts only (x86-64, aarch64) */
-    crc = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^ crc_table[5][(lo >> 16) & 0xFF] ^ crc_table[4][lo >> 24] ^
-          crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF] ^ crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
-    p += 8;
-    len -= 8;
-  }
-  while (len-- > 0) crc = crc_table[0][(crc ^ *p++) & 0xFF] ^ (crc >> 8);
-  return ~crc;
-}

@@ -94,46 +94,32 @@ export const ISA = { auto: -1, scalar: 0, avx2: 1, avx512: 2 } as const;
 
 export type Kernels = ReturnType<typeof dlopen<typeof symbols>>["symbols"];
 
-let loaded: { k: Kernels; path: string } | undefined;
-
-function openAt(path: string) {
-  return dlopen(path, symbols);
-}
+let loaded: Kernels | undefined;
 
 /** dlopen the kernel library once per process and return its symbols. */
 export function loadKernels(): Kernels {
-  if (loaded) return loaded.k;
-  const override = process.env.K3_KERNELS;
-  let lib: ReturnType<typeof openAt>;
-  let path: string;
-  if (override) {
-    lib = openAt(override);
-    path = override;
-  } else {
-    try {
-      lib = openAt(embeddedLib);
-      path = embeddedLib;
-    } catch (err) {
-      if (!embeddedLib.startsWith("/$bunfs/")) throw err;
-      // noexec $TMPDIR: bun's own extraction cannot be mapped; keep a copy in the user's cache.
-      const bytes = readFileSync(embeddedLib);
-      const dir = join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "k3");
-      path = join(dir, `libkernels-${Bun.hash(bytes).toString(16)}.${suffix}`);
-      if (!existsSync(path)) {
-        mkdirSync(dir, { recursive: true });
-        const tmp = `${path}.${process.pid}.tmp`;
-        writeFileSync(tmp, bytes, { mode: 0o755 });
-        renameSync(tmp, path);
-      }
-      lib = openAt(path);
-    }
-  }
-  loaded = { k: lib.symbols, path };
-  return loaded.k;
+  if (!loaded) loaded = open().symbols;
+  return loaded;
 }
 
-/** Where the loaded library came from (for `k3 info`/stats). */
-export function kernelsPath(): string | undefined {
-  return loaded?.path;
+function open() {
+  const override = process.env.K3_KERNELS;
+  if (override) return dlopen(override, symbols);
+  try {
+    return dlopen(embeddedLib, symbols);
+  } catch (err) {
+    if (!embeddedLib.startsWith("/$bunfs/")) throw err;
+    // noexec $TMPDIR: bun's own extraction cannot be mapped; keep a copy in the user's cache.
+    const bytes = readFileSync(embeddedLib);
+    const dir = join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "k3");
+    const path = join(dir, `libkernels-${Bun.hash(bytes).toString(16)}.${suffix}`);
+    if (!existsSync(path)) {
+      mkdirSync(dir, { recursive: true });
+      const tmp = `${path}.${process.pid}.tmp`;
+      writeFileSync(tmp, bytes, { mode: 0o755 });
+      renameSync(tmp, path);
+    }
+    return dlopen(path, symbols);
+  }
 }
 

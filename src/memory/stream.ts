@@ -11,7 +11,6 @@
 //   arrival order. Slots in use by the current layer and pinned slots are never victims.
 //  Counters (STREAMING.md §5): a hit is a demand request served without reading the disk during
 //   this token; a lookahead read used this token is a miss that counts as lookaheadUsed.
-import { statSync } from "node:fs";
 import type { Checkpoint } from "../checkpoint/catalogue.ts";
 import type { TensorEntry } from "../checkpoint/types.ts";
 import { expertTensorNames, LM_HEAD_NAME, LM_MODEL_PREFIX } from "../checkpoint/shapes.ts";
@@ -216,11 +215,6 @@ export class StreamingWeights implements WeightProvider {
   }
 
   private embedOffset = 0;
-
-  /** Slot bytes of the expert cache and ring (for the planner's cross-check and stats). */
-  get allocatedBytes(): number {
-    return this.mem.totalBytes;
-  }
 
   private fd(file: string): number {
     const fd = this.fds.get(file);
@@ -647,13 +641,4 @@ export class StreamingWeights implements WeightProvider {
     this.fds.clear();
     this.mem.free();
   }
-}
-
-
-/** Shard sizes and mtimes, to invalidate a cached index when a shard changes. */
-export function shardStamp(files: string[]): string {
-  return files.map((f) => {
-    const st = statSync(f);
-    return `${f}:${st.size}:${st.mtimeMs}`;
-  }).join("|");
 }

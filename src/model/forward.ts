@@ -115,10 +115,6 @@ export class Model {
     this.yView = this.b.y!.f32();
   }
 
-  get scratchBytes(): number {
-    return this.mem.totalBytes;
-  }
-
   /**
    * Run `ids` through the model, appending to `state`. Returns the logits of the last token
    * (a view into a buffer reused by the next call: copy it to keep it).

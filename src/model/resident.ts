@@ -113,10 +113,6 @@ export class ResidentWeights implements WeightProvider {
     return { ...this.counters };
   }
 
-  get residentBytes(): number {
-    return this.mem.totalBytes;
-  }
-
   close(): void {
     this.mem.free();
     this.refs.clear();

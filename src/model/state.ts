@@ -19,17 +19,6 @@ export interface MlaState {
   cache: CBuf; // [maxContext][R + dr]
 }
 
-/** Bytes of state one sequence needs at a given context limit (used by the memory planner too). */
-export function sessionStateBytes(cfg: ModelConfig, maxContext: number): number {
-  const P = cfg.kdaHeads * cfg.kdaHeadDim;
-  let bytes = 0;
-  for (const kind of cfg.layerKinds) {
-    if (kind === "kda") bytes += 4 * (cfg.kdaHeads * cfg.kdaHeadDim * cfg.kdaHeadDim + 3 * 3 * P);
-    else bytes += 4 * maxContext * (cfg.kvLoraRank + cfg.qkRope);
-  }
-  return bytes;
-}
-
 export class SessionState {
   readonly kda: (KdaState | undefined)[] = [];
   readonly mla: (MlaState | undefined)[] = [];
