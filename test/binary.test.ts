@@ -158,7 +158,7 @@ describe("compiled k3", () => {
 });
 
 describe("compiled k3: the inspection and maintenance commands", () => {
-  const REF = resolve(ROOT, "../shared/reference");
+  const REF = resolve(ROOT, "reference");
   const meta = ["--config", join(REF, "k3/config.json"), "--index", join(REF, "k3/model.safetensors.index.json.gz")];
 
   test("info and plan on the real release metadata (no shards)", () => {

@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { renderChat, segmentsToIds, type ChatInput, type Segment } from "../src/text/chat.ts";
 import { K3Error } from "../src/errors.ts";
 
-const CASES_PATH = join(import.meta.dir, "../../shared/reference/k3/chat-template-cases.json");
+const CASES_PATH = join(import.meta.dir, "../reference/k3/chat-template-cases.json");
 const cases = JSON.parse(readFileSync(CASES_PATH, "utf8")).cases as Record<string, { input: ChatInput; segments: Segment[] }>;
 
 describe("renderChat reproduces the release encoder", () => {

@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { parseConfig, readConfig } from "../src/checkpoint/config.ts";
 import { catchK3, tempDir, tinyConfigJson } from "./helpers/checkpoint-fixture.ts";
 
-const RELEASE_CONFIG = "/work/shared/reference/k3/config.json";
+const RELEASE_CONFIG = join(import.meta.dir, "../reference/k3/config.json");
 
 function problemsOf(mutate: (j: any) => void) {
   const j = tinyConfigJson();

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { catalogueFromMetadata } from "../src/checkpoint/catalogue.ts";
 import { tempDir, tinyConfigJson, writeCheckpoint } from "./helpers/checkpoint-fixture.ts";
 
-const REF = "/work/shared/reference/k3";
+const REF = join(import.meta.dir, "../reference/k3");
 const CONFIG = `${REF}/config.json`;
 const INDEX = `${REF}/model.safetensors.index.json.gz`;
 

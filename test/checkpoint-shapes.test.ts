@@ -1,11 +1,12 @@
 // Shapes the config implies (MODEL.md §3), checked on the real release config by explicit values.
 import { describe, expect, test } from "bun:test";
+import { join } from "node:path";
 import { readConfig } from "../src/checkpoint/config.ts";
 import { computeCensus } from "../src/checkpoint/census.ts";
 import { expectedTensors, expertBytes, expertTensorNames, tensorBytes } from "../src/checkpoint/shapes.ts";
 import { tinyConfig } from "./helpers/checkpoint-fixture.ts";
 
-const cfg = readConfig("/work/shared/reference/k3/config.json");
+const cfg = readConfig(join(import.meta.dir, "../reference/k3/config.json"));
 const specs = expectedTensors(cfg);
 const byName = new Map(specs.map((s) => [s.name, s]));
 const spec = (n: string) => byName.get(`language_model.model.${n}`);

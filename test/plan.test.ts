@@ -10,7 +10,7 @@ import { K3Error } from "../src/errors.ts";
 import { ioBufferBytes, maxContextAt, planMemory, type PlanInput } from "../src/memory/plan.ts";
 import { parseSize, PRESETS, resolveBudget, usableRam, type RamPaths } from "../src/memory/ram.ts";
 
-const REF = "/work/shared/reference/k3";
+const REF = join(import.meta.dir, "../reference/k3");
 const CONFIG = `${REF}/config.json`;
 const INDEX = `${REF}/model.safetensors.index.json.gz`;
 const GiB = 2 ** 30;

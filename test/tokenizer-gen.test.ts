@@ -56,7 +56,7 @@ describe("writeTokenizerFolder", () => {
       expect(config.pad_token).toBe("[PAD]");
     });
   }
-  const releaseConfig = join(import.meta.dir, "../../shared/reference/k3/config.json");
+  const releaseConfig = join(import.meta.dir, "../reference/k3/config.json");
   test.skipIf(!existsSync(releaseConfig))("release layout: media_pad is config.json's media_placeholder_token_id", () => {
     const { config } = readFolder(163840);
     const k3 = JSON.parse(readFileSync(releaseConfig, "utf8"));

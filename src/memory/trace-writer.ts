@@ -1,5 +1,5 @@
 // `--trace FILE`: the routing the engine actually used, one JSON line per token in the format of
-// ../shared/reference/traces (`{"tok": n, "layers": [[top-k ids of MoE layer 0], …]}`, MoE layers
+// reference/traces (`{"tok": n, "layers": [[top-k ids of MoE layer 0], …]}`, MoE layers
 // in order, ids in router rank order), so `k3 simulate-cache` can replay real K3 routing.
 import { closeSync, openSync, writeSync } from "node:fs";
 import { K3Error } from "../errors.ts";

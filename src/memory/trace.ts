@@ -1,5 +1,5 @@
 // Routing traces: JSONL, one line per token, `{"tok": n, "layers": [[top-k ids of MoE layer 0], …]}`
-// (the format of shared/reference/traces/*.routing.jsonl; the engine writes it with --trace, MoE
+// (the format of reference/traces/*.routing.jsonl; the engine writes it with --trace, MoE
 // layers only, in layer order). A trace is flattened into the request sequence the cache sees:
 // token by token, layer by layer, the k experts of a layer in listed order.
 import { K3Error } from "../errors.ts";

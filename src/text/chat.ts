@@ -1,7 +1,7 @@
 // K3 chat rendering (XTML): a conversation → segments, each plain text or control.
 //
 // Reproduces the release encoder `encoding_k3.build_chat_segments` byte for byte on the 38 recorded
-// cases in shared/reference/k3/chat-template-cases.json (test/chat.test.ts checks every one).
+// cases in reference/k3/chat-template-cases.json (test/chat.test.ts checks every one).
 // Invariants the tokenizer relies on:
 //   - control segments hold ONLY renderer-made markers (<|open|>, <|close|>, <|sep|>, <|end_of_msg|>)
 //     and caller-supplied image prompts; every byte of user/assistant/tool text is a plain segment,

@@ -1,4 +1,4 @@
-// config.json in the release's exact nested shape (/work/shared/reference/k3/config.json, MODEL.md
+// config.json in the release's exact nested shape (reference/k3/config.json, MODEL.md
 // §1–2): top-level kimi_k3 wrapper with bos/eos/pad ids, the language model in `text_config`, KDA
 // fields in `text_config.linear_attn_config`, the compressed-tensors MXFP4 quantization block, and a
 // small `vision_config` stub. Every key the release has is present (generic HF keys included), so a

@@ -1,5 +1,5 @@
 // Which tensor goes to which shard, in which order (MODEL.md §1, §3; the real index in
-// /work/shared/reference/k3/model.safetensors.index.json.gz):
+// reference/k3/model.safetensors.index.json.gz):
 //   - shard names `model-000NN-of-0000MM.safetensors` (5-digit index, 6-digit total), L + 3 shards;
 //   - layer l (zero-based) → shard l+1; embedding, lm_head, norm, output_attn_res_* → shard L+1
 //     (the release's 94th of 96); mm_projector → shard L+2; vision_tower → shard L+3.

@@ -1,0 +1,85 @@
+// The repository is self-contained: a user clones it alone and everything in src/, test/, bench/,
+// tools/ and the README works without the developers' `../shared` folder beside it.
+//
+// Two checks: (1) no file names a path outside the repository (the way it used to break: tests read
+// `/work/shared/reference/...`, which exists only on the developers' machine); (2) a copy of the
+// tracked tree in an empty temporary folder, with nothing beside it, runs the README's examples that
+// need no model download through the compiled binary.
+import { describe, expect, test } from "bun:test";
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+
+const ROOT = resolve(import.meta.dir, "..");
+const SCANNED = ["src", "test", "bench", "tools", "README.md"];
+
+function files(p: string): string[] {
+  const abs = join(ROOT, p);
+  if (!statSync(abs).isDirectory()) return [p];
+  return readdirSync(abs, { withFileTypes: true }).flatMap((e) => (e.name === "node_modules" || e.name === "out" ? [] : files(join(p, e.name))));
+}
+
+// What reaching outside looks like: the developers' shared folder by any route, or an absolute path
+// into the developers' workspace; and (checked separately) a quoted relative path that climbs above
+// the repository root from the file that names it.
+const OUTSIDE = [/\.\.\/shared\b/, /\/work\/(shared|main)\b/];
+const RELATIVE = /["'`](\.\.\/[^"'`\s]*)/g;
+
+function escapes(file: string, line: string): boolean {
+  if (OUTSIDE.some((re) => re.test(line))) return true;
+  const base = file.endsWith(".md") ? ROOT : dirname(join(ROOT, file));
+  for (const m of line.matchAll(RELATIVE)) {
+    const target = resolve(base, m[1]!);
+    if (target !== ROOT && !target.startsWith(ROOT + "/")) return true;
+  }
+  return false;
+}
+
+describe("self-contained repository", () => {
+  test("nothing in src/, test/, bench/, tools/ or the README names a path outside the repository", () => {
+    const me = "test/self-contained.test.ts";
+    const hits: string[] = [];
+    for (const f of SCANNED.flatMap(files)) {
+      if (f === me || !/\.(ts|js|json|md|sh|py|zig|c|h)$/.test(f)) continue;
+      const lines = readFileSync(join(ROOT, f), "utf8").split("\n");
+      lines.forEach((line, i) => {
+        if (escapes(f, line)) hits.push(`${f}:${i + 1}: ${line.trim()}`);
+      });
+    }
+    expect(hits).toEqual([]);
+  });
+
+  test("the scan finds a path outside the repository when one is there", () => {
+    // The patterns must match the forms that broke before (proof that the scan above can fail).
+    for (const bad of [`join(import.meta.dir, "../../shared/reference/k3/config.json")`, `const REF = "/work/shared/reference/k3";`, `dist/k3 info --config ../shared/reference/k3/config.json`])
+      expect(escapes("test/x.test.ts", bad)).toBe(true);
+    expect(escapes("test/x.test.ts", `const p = join(import.meta.dir, "../../x.json");`)).toBe(true);
+    // ...and leaves imports inside the repository alone.
+    expect(escapes("test/helpers/models.ts", `import { generateModel } from "../../tools/gen/generate.ts";`)).toBe(false);
+  });
+
+  test("a copy of the tracked tree, alone in a temp folder, runs the README's model-free examples", () => {
+    const tracked = Bun.spawnSync(["git", "ls-files", "-z"], { cwd: ROOT }).stdout.toString().split("\0").filter(Boolean);
+    expect(tracked.length).toBeGreaterThan(50);
+    const clone = join(mkdtempSync(join(tmpdir(), "k3-clone-")), "k3");
+    for (const f of tracked) {
+      try {
+        statSync(join(ROOT, f));
+      } catch {
+        continue; // deleted in the working tree, not yet committed
+      }
+      mkdirSync(dirname(join(clone, f)), { recursive: true });
+      cpSync(join(ROOT, f), join(clone, f));
+    }
+    // The binary the README's first command builds (npm test builds it in pretest).
+    const bin = join(ROOT, "dist", "k3");
+    const readme = readFileSync(join(clone, "README.md"), "utf8");
+    const examples = [...readme.matchAll(/^dist\/k3 (info|plan) (--config [^\n#]*?)\s*(#.*)?$/gm)].map((m) => `${m[1]} ${m[2]}`.trim());
+    expect(examples.length).toBeGreaterThanOrEqual(2);
+    for (const ex of examples) {
+      const p = Bun.spawnSync(["sh", "-c", `"${bin}" ${ex}`], { cwd: clone, env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: join(clone, ".home"), NO_COLOR: "1" } });
+      expect({ ex, code: p.exitCode, err: p.stderr.toString().slice(0, 400) }).toEqual({ ex, code: 0, err: expect.any(String) });
+      expect(p.stdout.toString().length).toBeGreaterThan(100);
+    }
+  });
+});
