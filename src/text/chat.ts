@@ -13,7 +13,8 @@
 // The format itself is described in docs/CHAT.md.
 
 import { K3Error } from "../errors.ts";
-import { deepSort, dumpsPy, fromJs, parsePy, PyJsonSyntaxError, xtmlTypeName, type PyJson } from "./pyjson.ts";
+import { deeperThan, MAX_JSON_DEPTH } from "./json-depth.ts";
+import { deepSort, dumpsPy, fromJs, parsePy, PyJsonDepthError, PyJsonSyntaxError, xtmlTypeName, type PyJson } from "./pyjson.ts";
 
 export type Segment = [text: string, isControl: boolean];
 
@@ -169,6 +170,11 @@ function checkInput(input: ChatInput): void {
   const str = (v: unknown) => v === undefined || v === null || typeof v === "string";
   const strOrNum = (v: unknown) => str(v) || typeof v === "number";
   if (!isObj(input) || !Array.isArray(input.messages)) throw new K3Error("USAGE", "invalid conversation", ["messages must be an array of message objects"]);
+  // The renderer walks tools, schemas and argument objects recursively: bound their depth first.
+  for (const field of ["messages", "tools", "tool_choice", "response_format", "response_schema"] as const) {
+    const at = deeperThan(input[field], MAX_JSON_DEPTH, field);
+    if (at) throw new K3Error("USAGE", `${at}: nested deeper than ${MAX_JSON_DEPTH} levels`);
+  }
   input.messages.forEach((m, i) => {
     const at = `messages[${i}]`;
     if (!isObj(m)) return void problems.push(`${at}: expected an object`);
@@ -379,6 +385,7 @@ function normalizeArguments(args: ToolCallInput["arguments"], where: string): No
       parsed = parsePy(args);
     } catch (e) {
       if (e instanceof PyJsonSyntaxError) return { kind: "raw", text: args };
+      if (e instanceof PyJsonDepthError) throw new K3Error("USAGE", `${where}.function.arguments: ${e.message}`);
       throw e;
     }
     if (parsed.t !== "dict") throw new K3Error("USAGE", `${where}: arguments must be a JSON object`);

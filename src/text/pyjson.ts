@@ -7,7 +7,10 @@
 //   - int vs float (`1.0` stays `1.0`, big ints keep every digit);
 //   - Python's float repr (`1e-05`, `1e+16`, `1.0`) and `NaN` / `Infinity` literals;
 //   - Python's string escaping (lowercase `\u00xx`, lone surrogates left as they are).
-// Invariant: dumpsPy(parsePy(s)) === Python's json.dumps(json.loads(s)) for every s Python accepts.
+// Invariant: dumpsPy(parsePy(s)) === Python's json.dumps(json.loads(s)) for every s Python accepts
+// that nests at most MAX_JSON_DEPTH levels (deeper text is refused with PyJsonDepthError).
+
+import { MAX_JSON_DEPTH } from "./json-depth.ts";
 
 export type PyJson =
   | { t: "null" }
@@ -19,6 +22,9 @@ export type PyJson =
   | { t: "dict"; v: Map<string, PyJson> };
 
 export class PyJsonSyntaxError extends Error {}
+/** The text nests deeper than MAX_JSON_DEPTH: not a syntax error (Python would parse it, or give
+ *  up with a RecursionError), but more than k3 will walk. */
+export class PyJsonDepthError extends Error {}
 
 /** Convert a plain JS value (e.g. from JSON.parse of a request) to PyJson.
  *  A JS number that is a safe integer becomes a Python int, any other number a float: the int/float
@@ -145,6 +151,10 @@ export function pyFloatRepr(x: number): string {
 
 export function parsePy(text: string): PyJson {
   let i = 0;
+  let depth = 0; // arrays/objects open around position i: bounded, so the recursion below is too
+  const enter = () => {
+    if (++depth > MAX_JSON_DEPTH) throw new PyJsonDepthError(`JSON nests deeper than ${MAX_JSON_DEPTH} levels (at offset ${i})`);
+  };
   const fail = (what: string): never => {
     throw new PyJsonSyntaxError(`${what} at offset ${i}`);
   };
@@ -192,11 +202,13 @@ export function parsePy(text: string): PyJson {
     ws();
     const c = text[i];
     if (c === "{") {
+      enter();
       i++;
       const m = new Map<string, PyJson>();
       ws();
       if (text[i] === "}") {
         i++;
+        depth--;
         return { t: "dict", v: m };
       }
       for (;;) {
@@ -214,17 +226,20 @@ export function parsePy(text: string): PyJson {
         }
         if (text[i] === "}") {
           i++;
+          depth--;
           return { t: "dict", v: m };
         }
         fail("expected ',' or '}'");
       }
     }
     if (c === "[") {
+      enter();
       i++;
       const a: PyJson[] = [];
       ws();
       if (text[i] === "]") {
         i++;
+        depth--;
         return { t: "list", v: a };
       }
       for (;;) {
@@ -236,6 +251,7 @@ export function parsePy(text: string): PyJson {
         }
         if (text[i] === "]") {
           i++;
+          depth--;
           return { t: "list", v: a };
         }
         fail("expected ',' or ']'");
