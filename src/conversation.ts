@@ -15,7 +15,8 @@
 //   - Stop strings are matched on the decoded text across token boundaries and never emitted
 //     (StopMatcher); text is decoded with a streaming UTF-8 decoder, so a character split over
 //     tokens comes out whole.
-//   - The context check happens before any model work: a prompt that cannot fit is a USAGE error.
+//   - The context check happens before any model work (and, for text, before encoding it: see
+//     checkPromptBytes): a prompt that cannot fit is a CONTEXT error.
 import {
   AssistantStreamParser,
   createSampler,
@@ -99,7 +100,11 @@ export interface CompletionDelta {
 
 /** The rendered prompt ids of a chat request (generation prompt included). */
 export function chatPromptIds(tok: Tokenizer, messages: ChatMessage[], opts: Omit<ChatOptions, "maxTokens">): number[] {
-  const segments = renderChat({
+  return segmentsToIds(renderChatSegments(messages, opts), tok);
+}
+
+function renderChatSegments(messages: ChatMessage[], opts: Omit<ChatOptions, "maxTokens">) {
+  return renderChat({
     messages,
     tools: opts.tools ?? null,
     tool_choice: opts.toolChoice,
@@ -108,7 +113,18 @@ export function chatPromptIds(tok: Tokenizer, messages: ChatMessage[], opts: Omi
     thinking_effort: opts.thinkingEffort ?? null,
     add_generation_prompt: true,
   });
-  return segmentsToIds(segments, tok);
+}
+
+/** A chat request's prompt ids, refused (K3Error CONTEXT) before any model work when they cannot
+ *  fit the context, and before encoding when the rendered text is too long to fit whatever it
+ *  encodes to. The server calls this before queueing a request; streamChat calls it too. */
+export function prepareChat(engine: Engine, messages: ChatMessage[], opts: Omit<ChatOptions, "maxTokens">): number[] {
+  const tok = engine.tokenizer();
+  const segments = renderChatSegments(messages, opts);
+  checkPromptBytes(engine, tok, segments.reduce((n, [text]) => n + Buffer.byteLength(text, "utf8"), 0));
+  const ids = segmentsToIds(segments, tok);
+  checkContext(engine, ids.length);
+  return ids;
 }
 
 /**
@@ -116,9 +132,13 @@ export function chatPromptIds(tok: Tokenizer, messages: ChatMessage[], opts: Omi
  * stop at <|end_of_msg|> / [EOS] or a stop string, and stream reasoning and answer apart.
  */
 export function* streamChat(engine: Engine, session: Session, messages: ChatMessage[], opts: ChatOptions): Generator<ChatDelta, ChatResult> {
+  return yield* streamChatIds(engine, session, prepareChat(engine, messages, opts), opts);
+}
+
+/** streamChat on prompt ids that prepareChat made from the same messages and options. */
+export function* streamChatIds(engine: Engine, session: Session, ids: number[], opts: ChatOptions): Generator<ChatDelta, ChatResult> {
   const tok = engine.tokenizer();
   const thinking = opts.thinking ?? true;
-  const ids = chatPromptIds(tok, messages, opts);
   checkContext(engine, ids.length);
   const endOfMsg = specialIdOrUndefined(tok, "<|end_of_msg|>");
   const stopIds = [endOfMsg, specialIdOrUndefined(tok, "[EOS]")].filter((x): x is number => x !== undefined);
@@ -155,9 +175,25 @@ export function* streamChat(engine: Engine, session: Session, messages: ChatMess
   };
 }
 
-/** Continue a prompt (text is encoded with specials disabled; ids are used as given). Stops at
- *  [EOS] (when the tokenizer has one), a stop string, maxTokens, the context, or shouldStop. A
- *  model without a tokenizer works with id prompts; its deltas then carry ids and no text. */
+/** A completion prompt's ids: text is encoded with specials disabled (refused by its byte length
+ *  first when it cannot fit), ids are used as given; refused (K3Error CONTEXT) when they cannot
+ *  fit the context. Only id prompts work on a model without a tokenizer (K3Error TOKENIZER). */
+export function prepareCompletion(engine: Engine, prompt: string | number[]): number[] {
+  let ids: number[];
+  if (typeof prompt === "string") {
+    if (!engine.tokenizerDir) throw new K3Error("TOKENIZER", `${engine.dir} has no tokenizer (tiktoken.model); give token ids instead`);
+    const tok = engine.tokenizer();
+    checkPromptBytes(engine, tok, Buffer.byteLength(prompt, "utf8"));
+    ids = tok.encode(prompt);
+  } else ids = prompt;
+  if (ids.length === 0) throw new K3Error("USAGE", "the prompt is empty");
+  checkContext(engine, ids.length);
+  return ids;
+}
+
+/** Continue a prompt (see prepareCompletion). Stops at [EOS] (when the tokenizer has one), a stop
+ *  string, maxTokens, the context, or shouldStop. A model without a tokenizer works with id
+ *  prompts; its deltas then carry ids and no text. */
 export function* streamCompletion(
   engine: Engine,
   session: Session,
@@ -165,13 +201,7 @@ export function* streamCompletion(
   opts: GenOptions,
 ): Generator<CompletionDelta, CompletionResult> {
   const tok = engine.tokenizerDir ? engine.tokenizer() : undefined;
-  let ids: number[];
-  if (typeof prompt === "string") {
-    if (!tok) throw new K3Error("TOKENIZER", `${engine.dir} has no tokenizer (tiktoken.model); give token ids instead`);
-    ids = tok.encode(prompt);
-  } else ids = prompt;
-  if (ids.length === 0) throw new K3Error("USAGE", "the prompt is empty");
-  checkContext(engine, ids.length);
+  const ids = prepareCompletion(engine, prompt);
   const eos = tok ? specialIdOrUndefined(tok, "[EOS]") : undefined;
   const run = startGeneration(engine, session, ids, opts, eos === undefined ? [] : [eos], () => false);
 
@@ -206,9 +236,23 @@ export function* streamCompletion(
 /** Refuse, before any model work, a prompt that cannot fit the engine's context. */
 export function checkContext(engine: Engine, promptTokens: number): void {
   if (promptTokens > engine.context - 1) {
-    throw new K3Error("USAGE", `the prompt (${promptTokens} tokens) exceeds the context limit (${engine.context} tokens)`, [
+    throw new K3Error("CONTEXT", `the prompt (${promptTokens} tokens) exceeds the context limit (${engine.context} tokens)`, [
       "raise --context, or shorten the prompt / conversation",
     ]);
+  }
+}
+
+/** Refuse, before encoding it, text that cannot fit: each token stands for at most
+ *  tok.maxTokenBytes bytes, so `bytes` of text are at least ceil(bytes / maxTokenBytes) tokens.
+ *  Encoding a 100 MB prompt only to count it would hold a server's event loop for seconds. */
+export function checkPromptBytes(engine: Engine, tok: Tokenizer, bytes: number): void {
+  const atLeast = Math.ceil(bytes / tok.maxTokenBytes);
+  if (atLeast > engine.context - 1) {
+    throw new K3Error(
+      "CONTEXT",
+      `the prompt (${bytes} bytes: at least ${atLeast} tokens, since no token is longer than ${tok.maxTokenBytes} bytes) exceeds the context limit (${engine.context} tokens)`,
+      ["raise --context, or shorten the prompt / conversation"],
+    );
   }
 }
 

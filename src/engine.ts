@@ -28,6 +28,7 @@ export { renderChat, segmentsToIds, SERVED_DEFAULT_THINKING_EFFORT, VALID_THINKI
 export { AssistantStreamParser, parseAssistantOutput, type AssistantOutput, type ParsedToolCall } from "./text/chat-parse.ts";
 export { createSampler, type SamplerOptions } from "./text/sampling.ts";
 export { StopMatcher } from "./text/stop.ts";
+export { deeperThan, MAX_JSON_DEPTH } from "./text/json-depth.ts";
 // Inspection without loading weights (`k3 info`, `k3 plan`, `k3 simulate-cache`).
 export { describeCheckpoint, describeMetadata, renderInfo } from "./checkpoint/describe.ts";
 export { catalogueFromMetadata, openCheckpoint } from "./checkpoint/catalogue.ts";
@@ -351,7 +352,7 @@ export class Engine {
     const promptTokens = session.pending.length + prompt.length;
     if (promptTokens === 0) throw new K3Error("USAGE", "nothing to generate from: the prompt is empty");
     if (session.position + promptTokens > this.context)
-      throw new K3Error("USAGE", `prompt of ${promptTokens} tokens does not fit the context limit (${this.context} tokens, ${session.position} used)`);
+      throw new K3Error("CONTEXT", `prompt of ${promptTokens} tokens does not fit the context limit (${this.context} tokens, ${session.position} used)`);
     const steps = this.prefillSteps(session, prompt, opts.onPrefill);
     let step = steps.next();
     while (!step.done) {

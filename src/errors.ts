@@ -2,6 +2,7 @@
 // exit status. `detail` names the file / tensor / field that failed.
 export type ErrorCode =
   | "USAGE" // bad command-line input (exit 2)
+  | "CONTEXT" // the prompt does not fit the context limit (exit 2; the server's context_length_exceeded)
   | "CONFIG" // config.json missing/invalid fields (exit 2)
   | "CHECKPOINT" // shard/tensor/layout problems (exit 1)
   | "BUDGET" // RAM budget below the floor (exit 3)
@@ -24,6 +25,7 @@ export class K3Error extends Error {
 
 export const EXIT_CODES: Record<ErrorCode, number> = {
   USAGE: 2,
+  CONTEXT: 2,
   CONFIG: 2,
   TOKENIZER: 2,
   CHECKPOINT: 1,

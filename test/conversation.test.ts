@@ -80,7 +80,7 @@ describe("streamCompletion", () => {
       err = e;
     }
     expect(err).toBeInstanceOf(K3Error);
-    expect((err as K3Error).code).toBe("USAGE");
+    expect((err as K3Error).code).toBe("CONTEXT");
     expect((err as K3Error).message).toContain("exceeds the context limit");
     expect(session.tokens).toEqual([]);
   });

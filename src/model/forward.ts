@@ -128,7 +128,7 @@ export class Model {
       ]);
     if (ids.length === 0) throw new K3Error("USAGE", "forward needs at least one token");
     if (state.pos + ids.length > state.maxContext)
-      throw new K3Error("USAGE", `context limit exceeded: ${state.pos} + ${ids.length} tokens > ${state.maxContext}`);
+      throw new K3Error("CONTEXT", `context limit exceeded: ${state.pos} + ${ids.length} tokens > ${state.maxContext}`);
     for (const id of ids)
       if (!Number.isInteger(id) || id < 0 || id >= this.cfg.vocab)
         throw new K3Error("USAGE", `token id ${id} outside the vocabulary [0, ${this.cfg.vocab})`);

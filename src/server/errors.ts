@@ -13,7 +13,7 @@ export class ApiError extends Error {
     readonly type: ApiErrorType = "invalid_request_error",
     readonly param: string | null = null,
     readonly code: string | null = null,
-    /** Extra response headers (Retry-After on 503, WWW-Authenticate on 401). */
+    /** Extra response headers (Retry-After on 503, WWW-Authenticate on 401, Connection: close). */
     readonly headers: Record<string, string> = {},
   ) {
     super(message);
@@ -28,16 +28,15 @@ export class ApiError extends Error {
 export const badRequest = (message: string, param: string | null = null, code: string | null = null) =>
   new ApiError(400, message, "invalid_request_error", param, code);
 
-/** Any thrown value → an ApiError. Library K3Error("USAGE") is the caller's fault (400); a prompt
- *  that does not fit the context gets OpenAI's `context_length_exceeded` code; everything else is
- *  ours (500) and keeps its message so the operator can find it in the log. */
+/** Any thrown value → an ApiError, by the K3Error's code (never by its message text):
+ *  CONTEXT (the prompt does not fit) is OpenAI's 400 `context_length_exceeded` blamed on
+ *  `promptParam`; USAGE is the caller's fault (400); everything else is ours (500) and keeps its
+ *  message and code so the operator can find it in the log. */
 export function toApiError(err: unknown, promptParam = "messages"): ApiError {
   if (err instanceof ApiError) return err;
   if (err instanceof K3Error) {
-    if (err.code === "USAGE") {
-      const context = /context/i.test(err.message);
-      return badRequest(err.message, context ? promptParam : null, context ? "context_length_exceeded" : null);
-    }
+    if (err.code === "CONTEXT") return badRequest(err.message, promptParam, "context_length_exceeded");
+    if (err.code === "USAGE") return badRequest(err.message);
     return new ApiError(500, err.message, "server_error", null, err.code.toLowerCase());
   }
   const message = err instanceof Error ? err.message : String(err);
@@ -47,3 +46,7 @@ export function toApiError(err: unknown, promptParam = "messages"): ApiError {
 export function errorResponse(err: ApiError): Response {
   return Response.json(err.body(), { status: err.status, headers: err.headers });
 }
+
+/** nginx's 499: nobody reads it, but it keeps a vanished client out of the 5xx error counts and
+ *  out of the error log. */
+export const clientGone = (when: string) => new ApiError(499, `client closed the request ${when}`, "invalid_request_error", null, "client_closed");

@@ -5,7 +5,7 @@
 //   - at most `capacity` waiters; one more is refused at once (the caller answers 503) instead of
 //     queueing without bound while the machine is saturated;
 //   - a waiter whose client went away (signal aborted) leaves the queue and never runs.
-import { ApiError } from "./errors.ts";
+import { ApiError, clientGone } from "./errors.ts";
 
 interface Waiter {
   grant: (release: () => void) => void;
@@ -29,7 +29,7 @@ export class GenerationQueue {
   /** Resolves with a release function once it is this caller's turn. Rejects with a 503 ApiError
    *  when the queue is full, or with the signal's reason when the client goes away first. */
   acquire(signal?: AbortSignal): Promise<() => void> {
-    if (signal?.aborted) return Promise.reject(clientGone());
+    if (signal?.aborted) return Promise.reject(clientGone("while it waited"));
     if (!this.busy) {
       this.busy = true;
       return Promise.resolve(this.releaser());
@@ -52,7 +52,7 @@ export class GenerationQueue {
       const onAbort = () => {
         const i = this.waiters.indexOf(w);
         if (i >= 0) this.waiters.splice(i, 1);
-        reject(clientGone());
+        reject(clientGone("while it waited"));
       };
       signal?.addEventListener("abort", onAbort, { once: true });
       this.waiters.push(w);
@@ -75,6 +75,3 @@ export class GenerationQueue {
     };
   }
 }
-
-/** nginx's 499: nobody reads it, but it keeps a vanished client out of the 5xx error counts. */
-const clientGone = () => new ApiError(499, "client closed the request while it waited", "invalid_request_error", null, "client_closed");

@@ -112,6 +112,18 @@ export class Tokenizer {
     return id;
   }
 
+  private longest = 0;
+  /** Bytes of the longest token (an added token counts its name's bytes). Every id stands for at
+   *  most this many bytes, so text of B UTF-8 bytes never encodes to fewer than
+   *  ceil(B / maxTokenBytes) ids: a bound on a prompt's length known before encoding it. */
+  get maxTokenBytes(): number {
+    if (this.longest === 0) {
+      for (let id = 0; id < this.table.size; id++) this.longest = Math.max(this.longest, this.table.bytes(id)?.length ?? 0);
+      for (const name of this.specials.keys()) this.longest = Math.max(this.longest, utf8.encode(name).length);
+    }
+    return this.longest;
+  }
+
   /** Whether `id` is an added/special token (not a BPE rank). */
   isSpecial(id: number): boolean {
     return this.specialNames.has(id);
@@ -120,6 +132,11 @@ export class Tokenizer {
   /** Name of an added token id, or undefined. */
   specialName(id: number): string | undefined {
     return this.specialNames.get(id);
+  }
+
+  /** Whether `id` stands for a token (a BPE rank or an added token; ids in gaps do not). */
+  hasToken(id: number): boolean {
+    return this.table.bytes(id) !== undefined || this.specialNames.has(id);
   }
 
   /** Raw bytes of one id (a special's bytes are its name in UTF-8). Throws on an id with no token. */
