@@ -1,6 +1,7 @@
 // Shared by test/server*.test.ts: one tiny engine per test file, servers on random loopback ports,
 // the engine's own greedy output for cross-checks, and a small SSE reader.
-import { Engine } from "../src/engine.ts";
+import { connect } from "node:net";
+import { Engine, parseAssistantOutput, renderChat, segmentsToIds, type AssistantOutput, type ChatMessage } from "../src/engine.ts";
 import { startServer, type K3Server, type ServerOptions } from "../src/server/server.ts";
 import { tinyModel } from "./helpers/models.ts";
 
@@ -26,6 +27,18 @@ export function directGreedy(engine: Engine, prompt: string | number[], maxToken
     text += dec.push(ev.id);
   }
   return { text: text + dec.flush(), ids: out };
+}
+
+/** What the engine itself answers greedily to a chat in a fresh session: the K3 chat format
+ *  rendered and encoded, generation until <|end_of_msg|> / [EOS], the text parsed into reasoning
+ *  and content. Uses nothing the server or src/conversation.ts use to do the same. */
+export function directChatGreedy(engine: Engine, messages: ChatMessage[], maxTokens: number, thinking: boolean): AssistantOutput {
+  const tok = engine.tokenizer();
+  const ids = segmentsToIds(renderChat({ messages, thinking, add_generation_prompt: true }), tok);
+  const stopIds = [tok.specialId("<|end_of_msg|>"), tok.specialId("[EOS]")];
+  const out: number[] = [];
+  for (const ev of engine.generate(engine.createSession(), ids, { maxTokens, stopIds })) out.push(ev.id);
+  return parseAssistantOutput(tok.decode(out), thinking);
 }
 
 export interface SseEvent {
@@ -71,4 +84,37 @@ export async function until(cond: () => boolean, what: string, limitMs = 10_000)
     if (performance.now() - t0 > limitMs) throw new Error(`timed out waiting for: ${what}`);
     await Bun.sleep(1);
   }
+}
+
+export interface RawAnswer {
+  /** Everything the server sent. */
+  text: string;
+  status: number;
+  /** The JSON body, when there is one. */
+  json: any;
+  /** A socket error seen (e.g. ECONNRESET, EPIPE), if any. */
+  error?: string;
+}
+
+/** Writes `data` on a fresh TCP connection to 127.0.0.1:port and collects what the server sends
+ *  until it closes the connection (send `Connection: close` to make a keep-alive answer end). */
+export function rawRequest(port: number, data: string | Uint8Array): Promise<RawAnswer> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let error: string | undefined;
+    const s = connect(port, "127.0.0.1", () => s.write(data));
+    s.on("data", (d: Buffer) => chunks.push(d));
+    s.on("error", (e) => (error = (e as NodeJS.ErrnoException).code ?? e.message));
+    s.on("close", () => {
+      const text = Buffer.concat(chunks).toString("utf8");
+      const body = text.slice(text.indexOf("\r\n\r\n") + 4);
+      let json: any;
+      try {
+        json = JSON.parse(body);
+      } catch {
+        json = undefined;
+      }
+      resolve({ text, status: Number(/^HTTP\/1\.[01] (\d{3})/.exec(text)?.[1] ?? NaN), json, error });
+    });
+  });
 }

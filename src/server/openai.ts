@@ -110,7 +110,8 @@ export function completionJson(e: Envelope, r: CompletionResult) {
     model: e.model,
     choices: [{ index: 0, text: r.text, logprobs: null, finish_reason: openAiFinish(r.finishReason) }],
     usage: usageJson(r.usage),
-    k3: k3Json(r.stats),
+    // The generated ids: the only output of a model without a tokenizer, and exact for any model.
+    k3: { ...k3Json(r.stats), token_ids: r.ids },
   };
 }
 

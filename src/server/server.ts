@@ -1,44 +1,40 @@
 // `k3 serve`: an OpenAI-compatible HTTP server on one engine (docs/SERVER.md).
 //
-// Routes: GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions, and the
-// k3 extension GET /k3/stats. JSON lives only in this layer: requests are parsed into native
-// options (validate.ts) and answered in OpenAI's shapes (openai.ts). The engine has one owner:
-// every generation goes through the FIFO queue (queue.ts), and the server keeps one session, so
-// a chat that continues the previous one only feeds its new tokens (prefix reuse in
-// conversation.ts).
-import { randomUUID } from "node:crypto";
-import { streamChat, streamCompletion, type ChatDelta, type ChatResult, type CompletionDelta, type CompletionResult } from "../conversation.ts";
+// This file is the HTTP edge: it binds, finds the route (routes.ts), applies what every request
+// shares (API key, CORS, HEAD, body limits), counts answers, and turns every failure into an
+// OpenAI-shaped error. JSON lives only in this layer: requests are parsed into native options
+// (validate.ts) and answered in OpenAI's shapes (openai.ts). The engine has one owner: every
+// generation goes through the FIFO queue (queue.ts), and the server keeps one session, so a chat
+// that continues the previous one only feeds its new tokens (prefix reuse in conversation.ts).
 import type { Engine } from "../engine.ts";
 import { log } from "../log.ts";
 import { apiKeyChecker } from "./auth.ts";
-import { ApiError, badRequest, errorResponse, toApiError } from "./errors.ts";
-import { chatChunkJson, chatCompletionJson, completionChunkJson, completionJson, k3Json, openAiFinish, toolCallsJson, usageChunkJson, type Envelope } from "./openai.ts";
+import { BodyReader, DEFAULT_BODY_LIMITS, DRAIN_BYTES, type BodyCounters, type BodyLimits } from "./body.ts";
+import { ServerCounters, type GenerationRecord, type ServerContext } from "./context.ts";
+import { CorsPolicy } from "./cors.ts";
+import { ApiError, errorResponse, toApiError } from "./errors.ts";
+import { ModelNames } from "./models.ts";
 import { GenerationQueue } from "./queue.ts";
-import { runJob, type Job } from "./run-job.ts";
-import { checkModel, parseChatRequest, parseCompletionRequest, readJsonObject, type SamplingRequest } from "./validate.ts";
+import { allowed, matchRoute } from "./routes.ts";
+
+export type { GenerationRecord } from "./context.ts";
 
 export interface ServerOptions {
-  /** Model id reported by /v1/models and required (when given) in requests. */
+  /** Model id reported by /v1/models and accepted (any case) in requests. */
   modelName: string;
+  /** More names requests may use for the model (any case). */
+  aliases?: string[];
   host?: string;
   /** 0 = a free port. */
   port?: number;
   apiKey?: string;
   /** Requests allowed to wait while one generates (default 16). */
   queue?: number;
+  /** Origins allowed to call from a browser ("*" = any); default none. */
+  cors?: string[];
+  /** Bounds on receiving request bodies (default DEFAULT_BODY_LIMITS). */
+  bodies?: Partial<BodyLimits>;
 }
-
-/** One finished generation, kept for /k3/stats (the last RECENT of them). */
-export interface GenerationRecord {
-  id: string;
-  kind: "chat" | "completion";
-  finish_reason: string;
-  prompt_tokens: number;
-  completion_tokens: number;
-  max_tokens: number;
-  ms: number;
-}
-const RECENT = 64;
 
 export interface K3Server {
   url: string;
@@ -46,167 +42,80 @@ export interface K3Server {
   queue: GenerationQueue;
   /** Most recent last. */
   recent: GenerationRecord[];
+  /** Bodies being received now, and requests refused while receiving one. */
+  bodies: BodyCounters;
   stop(): Promise<void>;
 }
 
-export function startServer(engine: Engine, opts: ServerOptions): K3Server {
-  const queue = new GenerationQueue(opts.queue ?? 16);
-  const checkKey = apiKeyChecker(opts.apiKey);
-  const session = engine.createSession();
-  const recent: GenerationRecord[] = [];
-  const counts = { requests: 0, generations: 0, cancelled: 0, errors: 0 };
-  const created = Math.floor(Date.now() / 1000);
-  const model = opts.modelName;
+/** Bun's idle timeout is in whole seconds, at most 255. */
+const idleSeconds = (ms: number) => Math.min(255, Math.ceil(ms / 1000) + 1);
 
-  const record = (r: GenerationRecord) => {
-    counts.generations++;
-    if (r.finish_reason === "cancelled") counts.cancelled++;
-    recent.push(r);
-    if (recent.length > RECENT) recent.shift();
-    log.debug(`${r.id}: ${r.kind} ${r.prompt_tokens}+${r.completion_tokens} tokens, ${r.finish_reason}, ${r.ms.toFixed(0)} ms`);
+export function startServer(engine: Engine, opts: ServerOptions): K3Server {
+  const cors = new CorsPolicy(opts.cors);
+  const checkKey = apiKeyChecker(opts.apiKey);
+  const limits = { ...DEFAULT_BODY_LIMITS, ...opts.bodies };
+  let server: ReturnType<typeof Bun.serve> | undefined;
+  const ctx: ServerContext = {
+    engine,
+    session: engine.createSession(),
+    queue: new GenerationQueue(opts.queue ?? 16),
+    names: new ModelNames(opts.modelName, opts.aliases),
+    bodies: new BodyReader(limits),
+    counters: new ServerCounters(),
+    created: Math.floor(Date.now() / 1000),
+    // A generation may wait in the queue and then take minutes: no idle cut-off for it.
+    holdOpen: (req) => server?.timeout(req, 0),
   };
 
-  /** Request fields → conversation options; the default length is "until the context is full". */
-  const genOptions = (s: SamplingRequest, shouldStop: () => boolean) => ({
-    maxTokens: s.maxTokens ?? engine.context,
-    temperature: s.temperature,
-    topP: s.topP,
-    topK: s.topK,
-    minP: s.minP,
-    seed: s.seed,
-    stop: s.stop,
-    shouldStop,
-  });
-
-  async function chat(req: Request): Promise<Response> {
-    const r = parseChatRequest(await readJsonObject(req));
-    checkModel(r.model, model);
-    const env: Envelope = { id: `chatcmpl-${randomUUID().replaceAll("-", "")}`, created: Math.floor(Date.now() / 1000), model };
-    let sentRole = false;
-    const job: Job<ChatDelta, ChatResult> = {
-      promptParam: "messages",
-      start: (shouldStop) =>
-        streamChat(engine, session, r.messages, {
-          ...genOptions(r, shouldStop),
-          thinking: r.thinking,
-          thinkingEffort: r.thinkingEffort,
-          tools: r.tools,
-          toolChoice: r.toolChoice,
-          responseFormat: r.responseFormat,
-        }),
-      chunks: (d) => {
-        const out: unknown[] = [];
-        // OpenAI's first chunk carries the role and empty content.
-        if (!sentRole) {
-          sentRole = true;
-          out.push(chatChunkJson(env, { role: "assistant", content: "" }, null));
-        }
-        if (d.reasoning) out.push(chatChunkJson(env, { reasoning_content: d.reasoning }, null));
-        if (d.content) out.push(chatChunkJson(env, { content: d.content }, null));
-        return out;
-      },
-      finalChunks: (res) => {
-        const out = sentRole ? [] : [chatChunkJson(env, { role: "assistant", content: "" }, null)];
-        sentRole = true;
-        const calls = toolCallsJson(res.toolCalls, env.id);
-        if (calls.length > 0) out.push(chatChunkJson(env, { tool_calls: calls.map((c, index) => ({ index, ...c })) }, null));
-        out.push(chatChunkJson(env, {}, openAiFinish(res.finishReason), { k3: k3Json(res.stats) }));
-        if (r.includeUsage) out.push(usageChunkJson(env, "chat.completion.chunk", res.usage));
-        return out;
-      },
-      body: (res) => chatCompletionJson(env, res),
-      done: recordDone(env.id, "chat", r.maxTokens),
-    };
-    return runJob(queue, req, job, r.stream);
-  }
-
-  /** The `done` hook of a job: one line in the recent-generations log (GET /k3/stats). */
-  function recordDone(id: string, kind: "chat" | "completion", maxTokens: number | undefined) {
-    return (res: { finishReason: string; usage: { promptTokens: number; completionTokens: number } }, ms: number) =>
-      record({ id, kind, finish_reason: res.finishReason, prompt_tokens: res.usage.promptTokens, completion_tokens: res.usage.completionTokens, max_tokens: maxTokens ?? engine.context, ms });
-  }
-
-  async function completion(req: Request): Promise<Response> {
-    const r = parseCompletionRequest(await readJsonObject(req));
-    checkModel(r.model, model);
-    if (Array.isArray(r.prompt)) {
-      // An id outside the embedding table would read past it: refuse at the edge.
-      const bad = r.prompt.find((id) => id >= engine.config.vocab);
-      if (bad !== undefined) throw badRequest(`token id ${bad} is outside the vocabulary (0..${engine.config.vocab - 1})`, "prompt", "invalid_value");
+  async function route(req: Request, path: string, srv: NonNullable<typeof server>): Promise<Response> {
+    const preflight = cors.preflight(req);
+    if (preflight) return preflight;
+    const m = matchRoute(path);
+    if (!m?.route.public) checkKey(req);
+    if (!m) throw new ApiError(404, `no route for ${req.method} ${path}`, "not_found_error", null, "unknown_route");
+    if (req.method === "OPTIONS") return new Response(null, { status: 204, headers: { Allow: allowed(m.route) } });
+    const handler = req.method === "GET" || req.method === "HEAD" ? m.route.GET : req.method === "POST" ? m.route.POST : undefined;
+    if (!handler) {
+      const takes = m.route.POST ? "POST" : "GET";
+      throw new ApiError(405, `${path} takes ${takes}`, "invalid_request_error", null, "method_not_allowed", { Allow: allowed(m.route) });
     }
-    const env: Envelope = { id: `cmpl-${randomUUID().replaceAll("-", "")}`, created: Math.floor(Date.now() / 1000), model };
-    const job: Job<CompletionDelta, CompletionResult> = {
-      promptParam: "prompt",
-      start: (shouldStop) => streamCompletion(engine, session, r.prompt, genOptions(r, shouldStop)),
-      chunks: (d) => (d.text ? [completionChunkJson(env, d.text, null)] : []),
-      finalChunks: (res) => {
-        const out: unknown[] = [completionChunkJson(env, "", openAiFinish(res.finishReason), { k3: k3Json(res.stats) })];
-        if (r.includeUsage) out.push(usageChunkJson(env, "text_completion", res.usage));
-        return out;
-      },
-      body: (res) => completionJson(env, res),
-      done: recordDone(env.id, "completion", r.maxTokens),
-    };
-    return runJob(queue, req, job, r.stream);
+    // Receiving the body is bounded by its own deadline (body.ts), which must fire before Bun's
+    // idle timeout would cut the connection without an answer.
+    if (req.method === "POST") srv.timeout(req, idleSeconds(limits.timeoutMs));
+    return handler(ctx, req, m.param);
   }
 
-  const modelsJson = () => ({
-    object: "list",
-    data: [{ id: model, object: "model", created, owned_by: "k3", max_model_len: engine.context }],
-  });
-
-  async function route(req: Request, server: ReturnType<typeof Bun.serve>): Promise<Response> {
-    const path = new URL(req.url).pathname.replace(/\/+$/, "") || "/";
-    if (path === "/health" && req.method === "GET") return Response.json({ status: "ok", model, busy: queue.running, waiting: queue.waiting });
-    checkKey(req);
-    const post = (handler: (req: Request) => Promise<Response>) => {
-      if (req.method !== "POST") throw new ApiError(405, `${path} takes POST`, "invalid_request_error", null, "method_not_allowed", { Allow: "POST" });
-      // A generation may wait in the queue and then take minutes: no idle cut-off for it.
-      server.timeout(req, 0);
-      return handler(req);
-    };
-    switch (path) {
-      case "/v1/models":
-        if (req.method !== "GET") break;
-        return Response.json(modelsJson());
-      case `/v1/models/${model}`:
-        if (req.method !== "GET") break;
-        return Response.json(modelsJson().data[0]);
-      case "/v1/chat/completions":
-        return post(chat);
-      case "/v1/completions":
-        return post(completion);
-      case "/k3/stats":
-        if (req.method !== "GET") break;
-        return Response.json({
-          model,
-          engine: engine.stats(),
-          server: { ...counts, queue: { running: queue.running, waiting: queue.waiting, capacity: queue.capacity } },
-          recent,
-        });
-    }
-    throw new ApiError(404, `no route for ${req.method} ${path}`, "not_found_error", null, "unknown_route");
+  function failure(err: unknown, req: Request, path: string): Response {
+    const e = toApiError(err);
+    if (e.status >= 500 && e.status !== 503) {
+      ctx.counters.errors++;
+      log.error(`${req.method} ${path}: ${e.message}`);
+    } else if (e.status === 499) log.debug(`${req.method} ${path}: ${e.message}`);
+    return errorResponse(e);
   }
 
-  const server = Bun.serve({
+  server = Bun.serve({
     hostname: opts.host ?? "127.0.0.1",
     port: opts.port ?? 8080,
+    // Bun's own cut-off (an answer without a body, then a reset) only past what body.ts drains.
+    maxRequestBodySize: Math.max(DRAIN_BYTES, limits.maxBytes),
     async fetch(req, srv) {
-      counts.requests++;
+      ctx.counters.requests++;
+      // An HTTP/1.0 request without Host reaches us with a bare path as its URL.
+      const path = new URL(req.url, "http://localhost").pathname.replace(/\/+$/, "") || "/";
+      let res: Response;
       try {
-        return await route(req, srv);
+        res = await route(req, path, srv);
       } catch (err) {
-        const e = toApiError(err);
-        if (e.status >= 500 && e.status !== 503) {
-          counts.errors++;
-          log.error(`${req.method} ${new URL(req.url).pathname}: ${e.message}`);
-        }
-        return errorResponse(e);
+        res = failure(err, req, path);
       }
+      ctx.counters.answered(matchRoute(path)?.pattern ?? "other", res.status);
+      for (const [k, v] of Object.entries(cors.headers(req))) res.headers.set(k, v);
+      return res;
     },
     // Last resort: anything that escapes fetch still gets an OpenAI-shaped 500, never a crash.
     error(err) {
-      counts.errors++;
+      ctx.counters.errors++;
       log.error(`unhandled: ${err.stack ?? err.message}`);
       return errorResponse(toApiError(err));
     },
@@ -216,10 +125,11 @@ export function startServer(engine: Engine, opts: ServerOptions): K3Server {
   return {
     url: `http://${host}:${server.port}`,
     port: server.port!,
-    queue,
-    recent,
+    queue: ctx.queue,
+    recent: ctx.counters.recent,
+    bodies: ctx.bodies.counters,
     async stop() {
-      await server.stop(true);
+      await server!.stop(true);
     },
   };
 }

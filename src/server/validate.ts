@@ -1,8 +1,8 @@
 // Request bodies → native option objects, early (llama.cpp server rule: JSON stays at the HTTP
 // edge). Every wrong field is a 400 naming the field in `param`; unknown fields are ignored, as
 // OpenAI-compatible servers do, so clients that send extra knobs keep working.
-import type { ChatMessage } from "../engine.ts";
-import { ApiError, badRequest } from "./errors.ts";
+import { deeperThan, MAX_JSON_DEPTH, type ChatMessage } from "../engine.ts";
+import { badRequest } from "./errors.ts";
 
 export interface SamplingRequest {
   model: string | undefined;
@@ -34,9 +34,8 @@ export interface CompletionRequest extends SamplingRequest {
 
 type Body = Record<string, unknown>;
 
-/** The parsed JSON object of a request, or a 400. */
-export async function readJsonObject(req: Request): Promise<Body> {
-  const text = await req.text();
+/** A request body parsed as a JSON object, or a 400. */
+export function parseJsonObject(text: string): Body {
   let body: unknown;
   try {
     body = JSON.parse(text);
@@ -44,27 +43,12 @@ export async function readJsonObject(req: Request): Promise<Body> {
     throw badRequest(`request body is not valid JSON: ${(e as Error).message}`, null, "invalid_json");
   }
   if (body === null || typeof body !== "object" || Array.isArray(body)) throw badRequest("request body must be a JSON object");
-  if (nestingDepth(body) > MAX_NESTING)
-    throw badRequest(`request body nests deeper than ${MAX_NESTING} levels`, null, "invalid_value");
+  // Deeper JSON than any real request (tool schemas included) would only reach recursive code (the
+  // chat renderer) to overflow its stack: refuse it here, naming the field, before it waits in the
+  // queue. The renderer applies the same bound to what it is given (k3 chat).
+  const at = deeperThan(body, MAX_JSON_DEPTH, "");
+  if (at) throw badRequest(`'${at}' nests deeper than ${MAX_JSON_DEPTH} levels`, at.replace(/…$/, ""), "invalid_value");
   return body as Body;
-}
-
-/** Deeper JSON than any real request (tool schemas included) would only reach recursive code
- *  (the chat renderer's JSON writer) to overflow its stack: refuse it at the edge. */
-const MAX_NESTING = 64;
-
-/** Depth of nested arrays/objects, measured without recursion (the input is untrusted). */
-function nestingDepth(root: unknown): number {
-  let max = 0;
-  const stack: [unknown, number][] = [[root, 1]];
-  while (stack.length) {
-    const [v, d] = stack.pop()!;
-    if (v === null || typeof v !== "object") continue;
-    if (d > max) max = d;
-    if (max > MAX_NESTING) return max;
-    for (const child of Array.isArray(v) ? v : Object.values(v)) stack.push([child, d + 1]);
-  }
-  return max;
 }
 
 const typeName = (v: unknown) => (v === null ? "null" : Array.isArray(v) ? "array" : typeof v);
@@ -135,6 +119,8 @@ function parseSampling(b: Body): SamplingRequest {
 }
 
 const ROLES = new Set(["system", "developer", "user", "assistant", "tool"]);
+/** Image part types of the OpenAI chat and responses APIs, and of the K3 encoder. */
+const IMAGE_PARTS = new Set(["image_url", "image", "input_image"]);
 
 export function parseChatRequest(b: Body): ChatRequest {
   const s = parseSampling(b);
@@ -175,8 +161,13 @@ function parseMessage(m: unknown, i: number): ChatMessage {
     throw wrongType(`${param}.content`, "a string or an array of content parts", c);
   if (Array.isArray(c)) {
     c.forEach((part, k) => {
+      const at = `${param}.content[${k}]`;
       if (part === null || typeof part !== "object" || typeof (part as Body).type !== "string")
-        throw wrongType(`${param}.content[${k}]`, "a content part object with a 'type'", part);
+        throw wrongType(at, "a content part object with a 'type'", part);
+      // K3 here reads text only: an image must not silently become placeholder text.
+      const type = (part as Body).type as string;
+      if (IMAGE_PARTS.has(type)) throw badRequest(`images are not supported: ${at} is an '${type}' part (this server reads text only)`, at, "invalid_value");
+      if (type !== "text") throw badRequest(`content parts of type '${type}' are not supported (${at}); only 'text' is`, at, "invalid_value");
     });
   }
   const calls = msg.tool_calls;
@@ -209,8 +200,22 @@ function parsePrompt(p: unknown): string | number[] {
   return parsePrompt(only);
 }
 
-/** The `model` field, if given, must name the served model. OpenAI answers 404 here. */
-export function checkModel(requested: string | undefined, served: string): void {
-  if (requested !== undefined && requested !== served)
-    throw new ApiError(404, `The model '${requested}' does not exist; this server serves '${served}'`, "not_found_error", "model", "model_not_found");
+
+/** POST /tokenize, in llama-server's shape: `content` (required), `with_pieces`, `add_special`
+ *  (checked but without effect: a K3 prompt starts with no special token). */
+export function parseTokenizeRequest(b: Body): { content: string; withPieces: boolean } {
+  if (b.content === undefined) throw badRequest("'content' is required", "content", "missing_required_parameter");
+  const content = optString(b, "content")!;
+  optBool(b, "add_special");
+  return { content, withPieces: optBool(b, "with_pieces") ?? false };
+}
+
+/** POST /detokenize, in llama-server's shape: `tokens`, an array of token ids. */
+export function parseDetokenizeRequest(b: Body): number[] {
+  const t = b.tokens;
+  if (t === undefined) throw badRequest("'tokens' is required", "tokens", "missing_required_parameter");
+  if (!Array.isArray(t)) throw wrongType("tokens", "an array of token ids", t);
+  const bad = t.findIndex((x) => typeof x !== "number" || !Number.isInteger(x) || x < 0);
+  if (bad >= 0) throw badRequest(`tokens[${bad}] must be a non-negative integer token id, got ${JSON.stringify(t[bad])}`, `tokens[${bad}]`, "invalid_value");
+  return t as number[];
 }

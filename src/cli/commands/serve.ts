@@ -4,6 +4,7 @@ import { basename, resolve } from "node:path";
 import { Engine } from "../../engine.ts";
 import { K3Error } from "../../errors.ts";
 import { log } from "../../log.ts";
+import { checkOrigins } from "../../server/cors.ts";
 import { startServer } from "../../server/server.ts";
 import { engineArgs, engineOptions, positiveInt, resolveModelDir } from "../common.ts";
 
@@ -16,9 +17,11 @@ export default defineCommand({
     "api-key": { type: "string", description: "require Authorization: Bearer KEY (default: $K3_API_KEY, else no key)" },
     queue: { type: "string", description: "requests that may wait while one generates (default 16); more get 503" },
     "model-name": { type: "string", description: "model id for clients (default: the model directory's name)" },
+    alias: { type: "string", description: "another name clients may use for the model (repeatable; names match in any case)" },
+    cors: { type: "string", description: "allow browser pages from this origin (repeatable), or '*' for any (default: none)" },
     ...engineArgs,
   },
-  async run({ args }) {
+  async run({ args, rawArgs }) {
     const dir = resolveModelDir(args.model);
     const port = args.port === undefined ? 8080 : args.port === "0" ? 0 : positiveInt(args.port, "--port")!;
     if (port > 65535) throw new K3Error("USAGE", `--port must be at most 65535, got ${port}`);
@@ -28,13 +31,19 @@ export default defineCommand({
     const apiKey = args["api-key"] ?? process.env.K3_API_KEY;
     const modelName = args["model-name"] ?? basename(resolve(dir));
 
+    // citty keeps only the last value of a repeated flag: read every one from the raw arguments.
+    const aliases = repeated(rawArgs, "--alias");
+    const cors = repeated(rawArgs, "--cors");
+    checkOrigins(cors); // before the (long) model open
+
     const engine = Engine.open(dir, engineOptions(args));
     if (!engine.tokenizerDir) log.warn(`${dir} has no tokenizer: only /v1/completions with token-id prompts will work`);
     let server;
     try {
-      server = startServer(engine, { modelName, host, port, apiKey, queue });
+      server = startServer(engine, { modelName, aliases, host, port, apiKey, queue, cors });
     } catch (err) {
       engine.close();
+      if (err instanceof K3Error) throw err;
       throw new K3Error("USAGE", `cannot listen on ${host}:${port}: ${(err as Error).message}`);
     }
     if (!["127.0.0.1", "localhost", "::1"].includes(host) && !apiKey)
@@ -51,3 +60,13 @@ export default defineCommand({
     engine.close();
   },
 });
+
+/** Every value of a repeatable flag (`--flag V` or `--flag=V`), in order. */
+function repeated(rawArgs: string[], flag: string): string[] {
+  const out: string[] = [];
+  rawArgs.forEach((a, i) => {
+    if (a === flag && i + 1 < rawArgs.length) out.push(rawArgs[i + 1]!);
+    else if (a.startsWith(`${flag}=`)) out.push(a.slice(flag.length + 1));
+  });
+  return out;
+}

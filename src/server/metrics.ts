@@ -1,0 +1,53 @@
+// GET /metrics: the server's counters in the Prometheus text exposition format (version 0.0.4),
+// for people who run the server under monitoring. Counters count since the server started; the
+// engine's I/O counters since the engine opened (read directly from engine.stats()).
+import type { ServerContext } from "./context.ts";
+
+type Sample = [labels: Record<string, string>, value: number];
+
+const escapeLabel = (v: string) => v.replaceAll("\\", "\\\\").replaceAll('"', '\\"').replaceAll("\n", "\\n");
+
+function family(out: string[], name: string, type: "counter" | "gauge", help: string, samples: Sample[] | number): void {
+  out.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
+  for (const [labels, value] of typeof samples === "number" ? ([[{}, samples]] as Sample[]) : samples) {
+    const l = Object.entries(labels).map(([k, v]) => `${k}="${escapeLabel(v)}"`);
+    out.push(`${name}${l.length ? `{${l.join(",")}}` : ""} ${Number.isFinite(value) ? value : 0}`);
+  }
+}
+
+export const METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8";
+
+export function metricsText(ctx: ServerContext): string {
+  const c = ctx.counters;
+  const io = ctx.engine.stats();
+  const out: string[] = [];
+  const responses: Sample[] = [...c.responses].map(([key, n]) => {
+    const [route, code] = key.split(" ") as [string, string];
+    return [{ route, code }, n];
+  });
+  family(out, "k3_requests_total", "counter", "HTTP requests answered, by route and status code.", responses);
+  family(out, "k3_generations_total", "counter", "Generations run, by how they ended.", [...c.finishes].map(([reason, n]) => [{ finish_reason: reason }, n] as Sample));
+  family(out, "k3_prompt_tokens_total", "counter", "Prompt tokens of all generations (reused ones included).", c.tokens.prompt);
+  family(out, "k3_prompt_tokens_cached_total", "counter", "Prompt tokens served from the session instead of being fed again.", c.tokens.cached);
+  family(out, "k3_generated_tokens_total", "counter", "Tokens generated.", c.tokens.generated);
+  family(out, "k3_bytes_read_total", "counter", "Weight bytes read from disk, by kind.", [
+    [{ kind: "trunk" }, io.trunkBytesRead],
+    [{ kind: "expert" }, io.expertBytesRead],
+  ]);
+  family(out, "k3_reads_total", "counter", "Read requests issued for weights.", io.reads);
+  family(out, "k3_expert_requests_total", "counter", "Expert weights the router asked for.", io.expertRequests);
+  family(out, "k3_expert_hits_total", "counter", "Expert requests served from the RAM cache.", io.expertHits);
+  family(out, "k3_io_wait_seconds_total", "counter", "Time compute waited for weight reads.", io.ioWaitMs / 1000);
+  family(out, "k3_queue_running", "gauge", "Generations running (0 or 1: one engine, one owner).", ctx.queue.running ? 1 : 0);
+  family(out, "k3_queue_waiting", "gauge", "Requests waiting for the engine.", ctx.queue.waiting);
+  family(out, "k3_queue_capacity", "gauge", "Requests allowed to wait (--queue).", ctx.queue.capacity);
+  family(out, "k3_http_bodies_receiving", "gauge", "Request bodies being received now.", ctx.bodies.counters.receiving);
+  family(out, "k3_http_refused_total", "counter", "Requests refused while receiving their body, by reason.", [
+    [{ reason: "too_many_connections" }, ctx.bodies.counters.tooMany],
+    [{ reason: "request_timeout" }, ctx.bodies.counters.timedOut],
+    [{ reason: "request_too_large" }, ctx.bodies.counters.tooLarge],
+  ]);
+  family(out, "k3_context_tokens", "gauge", "Context limit of the engine, tokens.", ctx.engine.context);
+  family(out, "k3_peak_rss_bytes", "gauge", "Peak resident set size of the process.", io.peakRssBytes);
+  return out.join("\n") + "\n";
+}

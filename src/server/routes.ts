@@ -1,0 +1,74 @@
+// The route table: each path pattern and its handlers by method. HEAD is answered by the GET
+// handler (Bun sends the headers without the body); a known path with another method is 405.
+import type { ServerContext } from "./context.ts";
+import { chat, completion } from "./generation.ts";
+import { METRICS_CONTENT_TYPE, metricsText } from "./metrics.ts";
+import { detokenize, tokenize } from "./tokens.ts";
+
+type Handler = (ctx: ServerContext, req: Request, param: string | undefined) => Response | Promise<Response>;
+
+export interface Route {
+  GET?: Handler;
+  POST?: Handler;
+  /** Answered without the API key (load balancers and probes). */
+  public?: boolean;
+}
+
+const modelJson = (ctx: ServerContext) => ({ id: ctx.names.id, object: "model", created: ctx.created, owned_by: "k3", max_model_len: ctx.engine.context });
+
+export const ROUTES: Record<string, Route> = {
+  "/health": {
+    public: true,
+    GET: (ctx) => Response.json({ status: "ok", model: ctx.names.id, busy: ctx.queue.running, waiting: ctx.queue.waiting }),
+  },
+  "/v1/models": { GET: (ctx) => Response.json({ object: "list", data: [modelJson(ctx)] }) },
+  "/v1/models/{id}": {
+    GET: (ctx, _req, id) => {
+      if (id === undefined || !ctx.names.serves(id)) throw ctx.names.notFound(id ?? "");
+      return Response.json(modelJson(ctx));
+    },
+  },
+  "/v1/chat/completions": { POST: chat },
+  "/v1/completions": { POST: completion },
+  "/tokenize": { POST: tokenize },
+  "/detokenize": { POST: detokenize },
+  "/metrics": { GET: (ctx) => new Response(metricsText(ctx), { headers: { "Content-Type": METRICS_CONTENT_TYPE } }) },
+  "/k3/stats": {
+    GET: (ctx) => {
+      const c = ctx.counters;
+      return Response.json({
+        model: ctx.names.id,
+        engine: ctx.engine.stats(),
+        server: {
+          requests: c.requests,
+          generations: c.generations,
+          cancelled: c.cancelled,
+          errors: c.errors,
+          queue: { running: ctx.queue.running, waiting: ctx.queue.waiting, capacity: ctx.queue.capacity },
+          bodies: ctx.bodies.counters,
+        },
+        recent: c.recent,
+      });
+    },
+  },
+};
+
+/** The route a path names, with its pattern (the metrics label) and the `{id}` it carries. */
+export function matchRoute(path: string): { pattern: string; route: Route; param?: string } | undefined {
+  const exact = ROUTES[path];
+  if (exact) return { pattern: path, route: exact };
+  const prefix = "/v1/models/";
+  if (path.startsWith(prefix)) {
+    let id: string;
+    try {
+      id = decodeURIComponent(path.slice(prefix.length));
+    } catch {
+      id = path.slice(prefix.length); // malformed %-escapes: an id no model has
+    }
+    return { pattern: "/v1/models/{id}", route: ROUTES["/v1/models/{id}"]!, param: id };
+  }
+  return undefined;
+}
+
+/** The methods a route answers, for Allow headers. */
+export const allowed = (r: Route) => [...(r.GET ? ["GET", "HEAD"] : []), ...(r.POST ? ["POST"] : []), "OPTIONS"].join(", ");
