@@ -112,15 +112,20 @@ describe("chat content", () => {
   });
 });
 
+/** A server on a changed copy of tiny-a, with its engine. */
+async function serveAltered(tag: string, alter: (dir: string) => void): Promise<{ engine: Engine; server: K3Server }> {
+  const dir = join(scratchDir(tag), "m");
+  cpSync(await tinyModel("tiny-a"), dir, { recursive: true });
+  alter(dir);
+  const e = Engine.open(dir, { threads: 2 });
+  return { engine: e, server: serve(e) };
+}
+
 describe("a model without a tokenizer", () => {
   let bare: Engine;
   let s: K3Server;
   beforeAll(async () => {
-    const dir = join(scratchDir("no-tokenizer"), "m");
-    cpSync(await tinyModel("tiny-a"), dir, { recursive: true });
-    rmSync(join(dir, "tiktoken.model"));
-    bare = Engine.open(dir, { threads: 2 });
-    s = serve(bare);
+    ({ engine: bare, server: s } = await serveAltered("no-tokenizer", (dir) => rmSync(join(dir, "tiktoken.model"))));
   });
   afterAll(async () => {
     await s.stop();
@@ -251,14 +256,12 @@ describe("an engine that refuses to answer (all logits NaN)", () => {
   let s: K3Server;
   beforeAll(async () => {
     // One NaN in the final norm makes every logit NaN.
-    const dir = join(scratchDir("nan-logits"), "m");
-    cpSync(await tinyModel("tiny-a"), dir, { recursive: true });
-    const t = openCheckpoint(dir).tensors.get("language_model.model.norm.weight")!;
-    const fd = openSync(t.file, "r+");
-    writeSync(fd, Buffer.from([0xc0, 0x7f]), 0, 2, t.offset); // bf16 0x7fc0, little-endian
-    closeSync(fd);
-    nan = Engine.open(dir, { threads: 2 });
-    s = serve(nan);
+    ({ engine: nan, server: s } = await serveAltered("nan-logits", (dir) => {
+      const t = openCheckpoint(dir).tensors.get("language_model.model.norm.weight")!;
+      const fd = openSync(t.file, "r+");
+      writeSync(fd, Buffer.from([0xc0, 0x7f]), 0, 2, t.offset); // bf16 0x7fc0, little-endian
+      closeSync(fd);
+    }));
   });
   afterAll(async () => {
     await s.stop();

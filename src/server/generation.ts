@@ -48,9 +48,11 @@ function prepared<T>(prepare: () => T, promptParam: string): T {
   }
 }
 
-/** The `done` hook of a job: one line in the counters and the recent-generations log. */
-function recordDone(ctx: ServerContext, id: string, kind: "chat" | "completion", maxTokens: number | undefined) {
-  return (res: { finishReason: string; usage: { promptTokens: number; completionTokens: number; cachedTokens: number } }, ms: number) =>
+type Finished = { finishReason: string; usage: { promptTokens: number; completionTokens: number; cachedTokens: number } };
+
+/** Queues a prepared job; when it has run, one line goes to the counters and the recent log. */
+function enqueue<D, R extends Finished>(ctx: ServerContext, req: Request, r: SamplingRequest, kind: "chat" | "completion", id: string, job: Omit<Job<D, R>, "done">) {
+  const done = (res: R, ms: number) =>
     ctx.counters.generated({
       id,
       kind,
@@ -58,9 +60,11 @@ function recordDone(ctx: ServerContext, id: string, kind: "chat" | "completion",
       prompt_tokens: res.usage.promptTokens,
       cached_tokens: res.usage.cachedTokens,
       completion_tokens: res.usage.completionTokens,
-      max_tokens: maxTokens ?? ctx.engine.context,
+      max_tokens: r.maxTokens ?? ctx.engine.context,
       ms,
     });
+  ctx.holdOpen(req);
+  return runJob(ctx.queue, req, { ...job, done }, r.stream);
 }
 
 const envelope = (ctx: ServerContext, prefix: string): Envelope => ({
@@ -77,7 +81,7 @@ export async function chat(ctx: ServerContext, req: Request): Promise<Response> 
   const ids = prepared(() => prepareChat(ctx.engine, r.messages, opts), "messages");
   const env = envelope(ctx, "chatcmpl");
   let sentRole = false;
-  const job: Job<ChatDelta, ChatResult> = {
+  const job: Omit<Job<ChatDelta, ChatResult>, "done"> = {
     promptParam: "messages",
     start: (shouldStop) => streamChatIds(ctx.engine, ctx.session, ids, { ...genOptions(ctx, r, shouldStop), ...opts }),
     chunks: (d) => {
@@ -101,10 +105,8 @@ export async function chat(ctx: ServerContext, req: Request): Promise<Response> 
       return out;
     },
     body: (res) => chatCompletionJson(env, res),
-    done: recordDone(ctx, env.id, "chat", r.maxTokens),
   };
-  ctx.holdOpen(req);
-  return runJob(ctx.queue, req, job, r.stream);
+  return enqueue(ctx, req, r, "chat", env.id, job);
 }
 
 export async function completion(ctx: ServerContext, req: Request): Promise<Response> {
@@ -119,20 +121,17 @@ export async function completion(ctx: ServerContext, req: Request): Promise<Resp
   }
   const ids = prepared(() => prepareCompletion(ctx.engine, r.prompt), "prompt");
   const env = envelope(ctx, "cmpl");
-  const job: Job<CompletionDelta, CompletionResult> = {
+  const job: Omit<Job<CompletionDelta, CompletionResult>, "done"> = {
     promptParam: "prompt",
     start: (shouldStop) => streamCompletion(ctx.engine, ctx.session, ids, genOptions(ctx, r, shouldStop)),
     // Each chunk carries the ids it adds (k3.token_ids): text may be held back (a split
     // character, a possible stop string) or, without a tokenizer, never exist.
     chunks: (d) => (d.text || d.ids.length > 0 ? [completionChunkJson(env, d.text, null, d.ids.length > 0 ? { k3: { token_ids: d.ids } } : {})] : []),
-    finalChunks: (res) => {
-      const out: unknown[] = [completionChunkJson(env, "", openAiFinish(res.finishReason), { k3: k3Json(res.stats) })];
-      if (r.includeUsage) out.push(usageChunkJson(env, "text_completion", res.usage));
-      return out;
-    },
+    finalChunks: (res) => [
+      completionChunkJson(env, "", openAiFinish(res.finishReason), { k3: k3Json(res.stats) }),
+      ...(r.includeUsage ? [usageChunkJson(env, "text_completion", res.usage)] : []),
+    ],
     body: (res) => completionJson(env, res),
-    done: recordDone(ctx, env.id, "completion", r.maxTokens),
   };
-  ctx.holdOpen(req);
-  return runJob(ctx.queue, req, job, r.stream);
+  return enqueue(ctx, req, r, "completion", env.id, job);
 }
