@@ -54,6 +54,7 @@ export function startServer(engine: Engine, opts: ServerOptions): K3Server {
   const cors = new CorsPolicy(opts.cors);
   const checkKey = apiKeyChecker(opts.apiKey);
   const limits = { ...DEFAULT_BODY_LIMITS, ...opts.bodies };
+  const edge: Edge = { cors, checkKey, bodyTimeoutMs: limits.timeoutMs };
   let server: ReturnType<typeof Bun.serve> | undefined;
   const ctx: ServerContext = {
     engine,
@@ -67,33 +68,6 @@ export function startServer(engine: Engine, opts: ServerOptions): K3Server {
     holdOpen: (req) => server?.timeout(req, 0),
   };
 
-  async function route(req: Request, path: string, srv: NonNullable<typeof server>): Promise<Response> {
-    const preflight = cors.preflight(req);
-    if (preflight) return preflight;
-    const m = matchRoute(path);
-    if (!m?.route.public) checkKey(req);
-    if (!m) throw new ApiError(404, `no route for ${req.method} ${path}`, "not_found_error", null, "unknown_route");
-    if (req.method === "OPTIONS") return new Response(null, { status: 204, headers: { Allow: allowed(m.route) } });
-    const handler = req.method === "GET" || req.method === "HEAD" ? m.route.GET : req.method === "POST" ? m.route.POST : undefined;
-    if (!handler) {
-      const takes = m.route.POST ? "POST" : "GET";
-      throw new ApiError(405, `${path} takes ${takes}`, "invalid_request_error", null, "method_not_allowed", { Allow: allowed(m.route) });
-    }
-    // Receiving the body is bounded by its own deadline (body.ts), which must fire before Bun's
-    // idle timeout would cut the connection without an answer.
-    if (req.method === "POST") srv.timeout(req, idleSeconds(limits.timeoutMs));
-    return handler(ctx, req, m.param);
-  }
-
-  function failure(err: unknown, req: Request, path: string): Response {
-    const e = toApiError(err);
-    if (e.status >= 500 && e.status !== 503) {
-      ctx.counters.errors++;
-      log.error(`${req.method} ${path}: ${e.message}`);
-    } else if (e.status === 499) log.debug(`${req.method} ${path}: ${e.message}`);
-    return errorResponse(e);
-  }
-
   server = Bun.serve({
     hostname: opts.host ?? "127.0.0.1",
     port: opts.port ?? 8080,
@@ -105,9 +79,9 @@ export function startServer(engine: Engine, opts: ServerOptions): K3Server {
       const path = new URL(req.url, "http://localhost").pathname.replace(/\/+$/, "") || "/";
       let res: Response;
       try {
-        res = await route(req, path, srv);
+        res = await route(ctx, edge, req, path, srv);
       } catch (err) {
-        res = failure(err, req, path);
+        res = failure(ctx, err, req, path);
       }
       ctx.counters.answered(matchRoute(path)?.pattern ?? "other", res.status);
       for (const [k, v] of Object.entries(cors.headers(req))) res.headers.set(k, v);
@@ -132,4 +106,40 @@ export function startServer(engine: Engine, opts: ServerOptions): K3Server {
       await server!.stop(true);
     },
   };
+}
+
+/** What every request passes through before its route. */
+interface Edge {
+  cors: CorsPolicy;
+  checkKey: (req: Request) => void;
+  bodyTimeoutMs: number;
+}
+
+/** Preflight, API key, route and method; then the route's handler. */
+async function route(ctx: ServerContext, edge: Edge, req: Request, path: string, srv: Bun.Server<unknown>): Promise<Response> {
+  const preflight = edge.cors.preflight(req);
+  if (preflight) return preflight;
+  const m = matchRoute(path);
+  if (!m?.route.public) edge.checkKey(req);
+  if (!m) throw new ApiError(404, `no route for ${req.method} ${path}`, "not_found_error", null, "unknown_route");
+  if (req.method === "OPTIONS") return new Response(null, { status: 204, headers: { Allow: allowed(m.route) } });
+  const handler = req.method === "GET" || req.method === "HEAD" ? m.route.GET : req.method === "POST" ? m.route.POST : undefined;
+  if (!handler) {
+    const takes = m.route.POST ? "POST" : "GET";
+    throw new ApiError(405, `${path} takes ${takes}`, "invalid_request_error", null, "method_not_allowed", { Allow: allowed(m.route) });
+  }
+  // Receiving the body is bounded by its own deadline (body.ts), which must fire before Bun's
+  // idle timeout would cut the connection without an answer.
+  if (req.method === "POST") srv.timeout(req, idleSeconds(edge.bodyTimeoutMs));
+  return handler(ctx, req, m.param);
+}
+
+/** A failure → its OpenAI-shaped answer; ours (5xx but a full queue) are counted and logged. */
+function failure(ctx: ServerContext, err: unknown, req: Request, path: string): Response {
+  const e = toApiError(err);
+  if (e.status >= 500 && e.status !== 503) {
+    ctx.counters.errors++;
+    log.error(`${req.method} ${path}: ${e.message}`);
+  } else if (e.status === 499) log.debug(`${req.method} ${path}: ${e.message}`);
+  return errorResponse(e);
 }
