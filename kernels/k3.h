@@ -30,7 +30,28 @@ enum {
   K3_ERR_NOMEM = -2,
   K3_ERR_IO = -3,       /* read failed; errno-derived detail via k3_io_* results */
   K3_ERR_SHORT = -4,    /* short read (file shorter than expected) */
+  K3_ERR_NONFINITE = -5, /* an input that must be finite holds NaN or ±inf (k3_argmax) */
 };
+
+/* ---- limits: the one place they are declared ----
+ * Kernels size stack arrays and scratch by these; a call past one is refused with K3_ERR_ARG
+ * (never a silent no-op). The bindings read them through k3_limit, so the TypeScript side checks
+ * a config against the same numbers before any work. */
+#define K3_MAX_ROUTER_EXPERTS 4096   /* k3_router_topk: N */
+#define K3_MAX_ATTNRES_SOURCES 64    /* k3_attnres_mix: n snapshots + P */
+#define K3_POOL_MAX_THREADS 64       /* k3_pool_init; k3_mla_scratch_floats has a slot per thread */
+#define K3_IO_MAX_THREADS 256        /* k3_io_init */
+#define K3_MXFP4_GROUP 32            /* k3_matmul_mxfp4: cols is a multiple of this */
+#define K3_KDA_CONV_WIDTH 4          /* k3_kda_conv_silu: the only width implemented */
+enum {
+  K3_LIMIT_ROUTER_EXPERTS = 0,
+  K3_LIMIT_ATTNRES_SOURCES = 1,
+  K3_LIMIT_POOL_THREADS = 2,
+  K3_LIMIT_IO_THREADS = 3,
+  K3_LIMIT_MXFP4_GROUP = 4,
+  K3_LIMIT_KDA_CONV_WIDTH = 5,
+};
+K3_API int32_t k3_limit(int32_t which);          /* the limit's value; K3_ERR_ARG for an unknown id */
 
 /* ---- library ---- */
 K3_API int32_t k3_version(void);                 /* bumps when the ABI changes */
@@ -46,7 +67,9 @@ K3_API int32_t k3_isa_supported(int32_t isa);    /* 1 / 0 */
 /* ---- compute thread pool (process-wide: one pool per process, shared by all models) ----
  * Persistent worker threads; the calling thread takes part (so n = 1 means no workers).
  * Matmuls split output rows into n contiguous chunks; KDA/MLA split heads. */
-K3_API int32_t k3_pool_init(int32_t nthreads);   /* (re)size, clamped to 1..64; returns threads in effect */
+/* (Re)size to nthreads (1..K3_POOL_MAX_THREADS; anything else is K3_ERR_ARG and the pool is left
+ * as it was). Returns the threads in effect: fewer than asked only if the OS refused a thread. */
+K3_API int32_t k3_pool_init(int32_t nthreads);
 K3_API int32_t k3_pool_size(void);
 K3_API void    k3_pool_free(void);
 
@@ -84,7 +107,9 @@ K3_API void    k3_sigmoid(float* x, int64_t n);                              /* 
 K3_API void    k3_mul_sigmoid(float* x, const float* gate, int64_t n);      /* x *= sigmoid(gate) */
 /* SiTU-GLU: out = b1·tanh(g/b1)·sigmoid(g) · b2·tanh(u/b2). out may alias g or u. */
 K3_API void    k3_situ_glu(const float* g, const float* u, float* out, int64_t n, float b1, float b2);
-/* argmax over n floats; ties → lowest index. */
+/* argmax over n floats; ties → lowest index. K3_ERR_NONFINITE if any x is NaN or ±inf (logits
+ * of a sound model are finite: a non-finite one means broken weights, and picking among the rest
+ * would be a wrong answer), K3_ERR_ARG if n ≤ 0. */
 K3_API int32_t k3_argmax(const float* x, int32_t n);
 
 /* RMSNorm over n elements, T rows: y = w · x / sqrt(mean(x²) + eps). Statistic accumulated in
@@ -136,16 +161,18 @@ K3_API void k3_mla_attend(const float* q, const uint16_t* kv_b, const float* cac
 /* ---- AttnRes mix (MODEL.md §4) ----
  * Sources for token t: bank[i][t] (i < n, bank is [n][T][E]) then P[t] (P is [T][E]).
  * score_i = Σ_d (V_i[d]·r_i)·norm[d]·proj[d], r_i = 1/sqrt(mean(V_i²)+eps)   (double, d increasing)
- * p = softmax(score) (double); out[t][d] = (float) Σ_i p_i·V_i[d] (double, i increasing) — RAW sources. */
-K3_API void k3_attnres_mix(const float* bank, int32_t n, const float* P, const uint16_t* proj,
+ * p = softmax(score) (double); out[t][d] = (float) Σ_i p_i·V_i[d] (double, i increasing) — RAW sources.
+ * Returns K3_OK, or K3_ERR_ARG (nothing written) when n < 0 or n + 1 > K3_MAX_ATTNRES_SOURCES. */
+K3_API int32_t k3_attnres_mix(const float* bank, int32_t n, const float* P, const uint16_t* proj,
                            const uint16_t* norm, float* out, int32_t E, int32_t T, float eps);
 
 /* ---- router (MODEL.md §4) ----
  * logits [T][N] (f32, from the gate matmul); s = sigmoid(logits); choice = s + bias;
  * idx[t][0..K) = top-K of choice, descending, ties → lowest expert id;
  * w = s[idx] / (Σ s[idx] + 1e-20) · scaling  (sum in double, rank order) — the bias never
- * enters w (MODEL.md §7.2). */
-K3_API void k3_router_topk(const float* logits, const float* bias, int32_t N, int32_t K,
-                           int32_t T, float scaling, int32_t* idx, float* w);
+ * enters w (MODEL.md §7.2). Returns K3_OK; K3_ERR_ARG unless 0 < K ≤ N ≤ K3_MAX_ROUTER_EXPERTS;
+ * K3_ERR_NONFINITE if a logit is NaN or a bias is NaN/±inf (nothing is written on either). */
+K3_API int32_t k3_router_topk(const float* logits, const float* bias, int32_t N, int32_t K,
+                              int32_t T, float scaling, int32_t* idx, float* w);
 
 #endif

@@ -4,13 +4,12 @@
  * (trap §7.7: mixing the normed sources gives a different, still fluent, model). */
 #include "k3_internal.h"
 
-#define MAX_SOURCES 64 /* K3 has at most 9 (8 snapshots + P); stack arrays sized by this */
-
-K3_API void k3_attnres_mix(const float* bank, int32_t n, const float* P, const uint16_t* proj,
-                           const uint16_t* norm, float* out, int32_t E, int32_t T, float eps) {
-  if (n < 0 || n + 1 > MAX_SOURCES) return;
-  double score[MAX_SOURCES], p[MAX_SOURCES];
-  const float* V[MAX_SOURCES];
+/* Stack arrays are sized by K3_MAX_ATTNRES_SOURCES (k3.h); K3 itself has at most 9 sources. */
+K3_API int32_t k3_attnres_mix(const float* bank, int32_t n, const float* P, const uint16_t* proj,
+                              const uint16_t* norm, float* out, int32_t E, int32_t T, float eps) {
+  if (n < 0 || n + 1 > K3_MAX_ATTNRES_SOURCES) return K3_ERR_ARG;
+  double score[K3_MAX_ATTNRES_SOURCES], p[K3_MAX_ATTNRES_SOURCES];
+  const float* V[K3_MAX_ATTNRES_SOURCES];
   for (int32_t t = 0; t < T; t++) {
     for (int32_t i = 0; i < n; i++) V[i] = bank + ((int64_t)i * T + t) * E;
     V[n] = P + (int64_t)t * E;
@@ -36,4 +35,5 @@ K3_API void k3_attnres_mix(const float* bank, int32_t n, const float* P, const u
       o[d] = (float)acc;
     }
   }
+  return K3_OK;
 }

@@ -9,10 +9,6 @@
 #include <math.h>
 #include <string.h>
 
-/* Upper bound on pool threads (the calling thread included). Fixed so k3_mla_scratch_floats can
- * size one scratch slot per possible thread without knowing the pool size at call time. */
-#define K3_POOL_MAX_THREADS 64
-
 /* Current ISA (set by k3_isa_set; auto on first use). */
 int32_t k3_isa_current(void);
 

@@ -146,7 +146,7 @@ K3_API void k3_io_free(void) {
 }
 
 K3_API int32_t k3_io_init(int32_t nthreads, int32_t max_inflight) {
-  if (nthreads < 1 || max_inflight < 1) return K3_ERR_ARG;
+  if (nthreads < 1 || nthreads > K3_IO_MAX_THREADS || max_inflight < 1) return K3_ERR_ARG;
   /* Process-wide and shared: a second engine in the same process must not tear down the pool
    * (and the tickets) of the first, so a running pool is kept as it is. */
   pthread_mutex_lock(&io.mu);

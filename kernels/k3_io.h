@@ -26,7 +26,8 @@ K3_API int32_t k3_direct_probe(const char* path);
 K3_API int64_t k3_read_full(int32_t fd, void* buf, int64_t len, int64_t off, int64_t need);
 
 /* I/O thread pool (process-wide). Requests are tickets; a ticket is waited for exactly once.
- * k3_io_init starts the pool once; later calls keep the running pool and return its size. */
+ * k3_io_init starts the pool once (nthreads 1..K3_IO_MAX_THREADS, else K3_ERR_ARG); later calls
+ * keep the running pool and return its size, which the caller compares with what it asked for. */
 K3_API int32_t k3_io_init(int32_t nthreads, int32_t max_inflight);
 K3_API void    k3_io_free(void);
 /* Queue a k3_read_full; returns a ticket > 0, or K3_ERR_ARG when max_inflight are outstanding. */
@@ -42,7 +43,8 @@ K3_API int32_t k3_io_wait_any(const int64_t* tickets, int32_t n);
 K3_API int64_t k3_io_wait_ns(void);
 
 /* Fault injection for tests: the n-th request submitted from now (1 = next) fails with −EIO.
- * 0 disables. Process-wide; used only by tests via the engine's fault option. */
+ * 0 disables. Process-wide; tests call it directly through the bindings (there is no engine
+ * option for it). */
 K3_API void    k3_io_fail_nth(int64_t n);
 
 /* CRC-32 (IEEE, reflected, as zlib) of len bytes, continuing from crc (0 to start). */

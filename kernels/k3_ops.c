@@ -37,10 +37,12 @@ K3_API void k3_situ_glu(const float* g, const float* u, float* out, int64_t n, f
 
 /* Ties → lowest index (strict >). NaN never wins; all-NaN (or n ≤ 0 → −1) returns 0 / −1. */
 K3_API int32_t k3_argmax(const float* x, int32_t n) {
-  if (n <= 0) return -1;
+  if (n <= 0) return K3_ERR_ARG;
   int32_t best = 0;
-  for (int32_t i = 1; i < n; i++)
-    if (x[i] > x[best] || (x[best] != x[best] && x[i] == x[i])) best = i;
+  for (int32_t i = 0; i < n; i++) {
+    if (!isfinite(x[i])) return K3_ERR_NONFINITE;
+    if (x[i] > x[best]) best = i;
+  }
   return best;
 }
 

@@ -98,8 +98,8 @@ static void stop_workers(void) {
 }
 
 K3_API int32_t k3_pool_init(int32_t nthreads) {
-  if (nthreads < 1) nthreads = 1;
-  if (nthreads > K3_POOL_MAX_THREADS) nthreads = K3_POOL_MAX_THREADS;
+  /* K3_POOL_MAX_THREADS (k3.h) bounds the worker array and k3_mla_scratch_floats' slots. */
+  if (nthreads < 1 || nthreads > K3_POOL_MAX_THREADS) return K3_ERR_ARG;
   pthread_mutex_lock(&run_lock);
   if (nthreads != P.n) {
     stop_workers();

@@ -1,2 +1,16 @@
 #include "k3.h"
-K3_API int32_t k3_version(void) { return 1; }
+/* 2: k3_limit; k3_router_topk and k3_attnres_mix return a status; k3_argmax refuses non-finite
+ * input; k3_pool_init refuses sizes outside 1..K3_POOL_MAX_THREADS instead of clamping. */
+K3_API int32_t k3_version(void) { return 2; }
+
+K3_API int32_t k3_limit(int32_t which) {
+  switch (which) {
+    case K3_LIMIT_ROUTER_EXPERTS: return K3_MAX_ROUTER_EXPERTS;
+    case K3_LIMIT_ATTNRES_SOURCES: return K3_MAX_ATTNRES_SOURCES;
+    case K3_LIMIT_POOL_THREADS: return K3_POOL_MAX_THREADS;
+    case K3_LIMIT_IO_THREADS: return K3_IO_MAX_THREADS;
+    case K3_LIMIT_MXFP4_GROUP: return K3_MXFP4_GROUP;
+    case K3_LIMIT_KDA_CONV_WIDTH: return K3_KDA_CONV_WIDTH;
+    default: return K3_ERR_ARG;
+  }
+}

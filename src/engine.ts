@@ -6,12 +6,13 @@ import { openCheckpoint, type Checkpoint } from "./checkpoint/catalogue.ts";
 import { openCheckpointCached } from "./checkpoint/index-cache.ts";
 import type { ModelConfig } from "./checkpoint/types.ts";
 import { K3Error } from "./errors.ts";
-import { loadKernels, type Kernels } from "./kernels.ts";
-import { Model } from "./model/forward.ts";
+import { kernelLimits, loadKernels, type Kernels } from "./kernels.ts";
+import { checkKernelLimits, Model } from "./model/forward.ts";
 import { ResidentWeights } from "./model/resident.ts";
 import { DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, planInputFromCensus, planMemory, type MemoryPlan } from "./memory/plan.ts";
 import type { PolicyName } from "./memory/policy/index.ts";
 import { gib, resolveBudget, usableRam } from "./memory/ram.ts";
+import { streamSlots } from "./memory/slots.ts";
 import { StreamingWeights } from "./memory/stream.ts";
 import { checkShardSizes, loadChecksums, recordChecksums, type ShardCheck } from "./memory/verify.ts";
 import { TraceWriter } from "./memory/trace-writer.ts";
@@ -53,7 +54,8 @@ export interface EngineOptions {
   direct?: boolean;
   /** Expert cache policy (default lfru). */
   policy?: PolicyName;
-  /** I/O threads (default 4). */
+  /** I/O threads (1..the kernels' limit). The I/O pool is process-wide: the first engine starts
+   *  it (default 4) and later ones join it; asking a later one for another size is refused. */
   ioThreads?: number;
   /** Every weight resident, no planner (the baseline the streaming path must match). */
   resident?: boolean;
@@ -63,8 +65,12 @@ export interface EngineOptions {
   trace?: string;
   /** Progress of long steps at open: "indexing shards" (first open), "loading pinned layers". */
   onProgress?: (label: string, done: number, total: number) => void;
-  /** Compute threads (process-wide pool); default: all cores. */
+  /** Compute threads (process-wide pool; 1..the pool's limit, 64); default: every hardware
+   *  thread up to that limit (stats say when the limit applied). */
   threads?: number;
+  /** Open even when the RAM budget (--ram / --preset) is more than this machine's usable RAM
+   *  (it would swap). Default false: such a budget is refused at open. */
+  allowOverRam?: boolean;
   /** Context limit in tokens (sizes the MLA cache). */
   context?: number;
   /** Prefill chunk in tokens. */
@@ -118,6 +124,38 @@ export interface GenerationStats {
 
 const ISA_CODES = { auto: -1, scalar: 0, avx2: 1, avx512: 2 } as const;
 
+/** The compute pool's size for an engine, and why (reported in stats). */
+export interface ComputeThreads {
+  threads: number;
+  hardwareThreads: number;
+  /** The pool's limit (kernels/k3.h); the default is capped by it on bigger machines. */
+  limit: number;
+}
+
+/**
+ * Size the process-wide compute pool: `requested`, or every hardware thread up to the pool's
+ * limit. A request past the limit is a usage error, not a silent cap.
+ */
+function computeThreads(k: Kernels, requested: number | undefined, hardwareThreads = navigator.hardwareConcurrency ?? 1): ComputeThreads {
+  const limit = kernelLimits(k).poolThreads;
+  if (requested !== undefined && (!Number.isInteger(requested) || requested < 1 || requested > limit))
+    throw new K3Error("USAGE", `--threads must be an integer from 1 to ${limit} (the compute pool's limit), got ${requested}`);
+  const threads = requested ?? Math.max(1, Math.min(hardwareThreads, limit));
+  const got = k.k3_pool_init(threads);
+  if (got !== threads) throw new K3Error("INTERNAL", `the compute pool started ${got} threads, asked for ${threads} (the OS refused a thread)`);
+  return { threads, hardwareThreads, limit };
+}
+
+/** A budget past usable RAM would push the machine into swap: refused unless allowOverRam. */
+function refuseOverRam(budget: { bytes: number; source: string }): void {
+  const usable = usableRam();
+  if (budget.bytes > usable.bytes)
+    throw new K3Error("BUDGET", `the budget ${budget.source} (${gib(budget.bytes)}) is more than this machine's usable RAM ${gib(usable.bytes)} (${usable.binding.source}): it would swap`, [
+      "choose a smaller --preset or --ram (k3 plan shows what each one does, for any machine)",
+      "or override this check explicitly, if you know the memory will be there",
+    ]);
+}
+
 /** Frees a session's C memory if its owner dropped it without close() (backstop, not the plan). */
 const sessionFinalizer = new FinalizationRegistry<SessionState>((state) => state.free());
 
@@ -153,6 +191,10 @@ export class Session {
   get closed(): boolean {
     return this.state.freed;
   }
+  /** C memory this session's state holds (KDA state, conv history, MLA cache). */
+  get allocatedBytes(): number {
+    return this.state.bytes;
+  }
 }
 
 export class Engine {
@@ -163,10 +205,15 @@ export class Engine {
     private weights: WeightProvider,
     private model: Model,
     readonly context: number,
-    readonly threads: number,
+    private pool: ComputeThreads,
     /** The memory plan the weights follow (undefined with `resident`). */
     readonly plan: MemoryPlan | undefined,
   ) {}
+
+  /** Compute threads this engine asked the (process-wide) pool for. */
+  get threads(): number {
+    return this.pool.threads;
+  }
 
   get config(): ModelConfig {
     return this.checkpoint.config;
@@ -191,12 +238,10 @@ export class Engine {
     const k = loadKernels();
     const isa = opts.isa ?? "auto";
     if (k.k3_isa_set(ISA_CODES[isa]) < 0) throw new K3Error("USAGE", `ISA path "${isa}" is not supported by this CPU`);
-    const threads = opts.threads ?? navigator.hardwareConcurrency ?? 1;
-    if (!Number.isInteger(threads) || threads < 1) throw new K3Error("USAGE", `--threads must be a positive integer, got ${threads}`);
-    const got = k.k3_pool_init(threads);
-    if (got !== threads) throw new K3Error("INTERNAL", `thread pool started ${got} threads, asked for ${threads}`);
+    const threads = computeThreads(k, opts.threads);
     const checkpoint = openCheckpointCached(dir, opts.onProgress && ((d, t) => opts.onProgress!("indexing shards", d, t)));
     const cfg = checkpoint.config;
+    checkKernelLimits(k, cfg);
     const context = opts.context ?? DEFAULT_CONTEXT;
     const chunk = opts.chunk ?? DEFAULT_PREFILL_CHUNK;
     let weights: WeightProvider;
@@ -205,24 +250,16 @@ export class Engine {
       weights = new ResidentWeights(k, cfg, checkpoint.tensors);
     } else {
       const budget = resolveBudget(opts.preset, opts.ram);
-      plan = planMemory(planInputFromCensus(cfg, checkpoint.layout.census, budget.bytes, context, threads, chunk));
-      // A preset larger than this machine must not push it into swap: what the plan allocates
-      // has to fit in usable RAM (MemAvailable and every cgroup limit).
-      if (!budget.source.startsWith("auto")) {
-        const usable = usableRam();
-        if (plan.totalBytes > usable.bytes)
-          throw new K3Error("BUDGET", `the plan for ${budget.source} needs ${gib(plan.totalBytes)}, more than this machine's usable RAM ${gib(usable.bytes)} (${usable.binding.source})`, [
-            "choose a smaller --preset or --ram (k3 plan shows what each one does)",
-          ]);
-      }
+      if (!budget.source.startsWith("auto") && !opts.allowOverRam) refuseOverRam(budget);
+      const input = planInputFromCensus(cfg, checkpoint.layout.census, budget.bytes, context, threads.threads, chunk, streamSlots(checkpoint));
+      plan = planMemory(input);
       weights = new StreamingWeights(k, checkpoint, {
         pinnedUnits: [...plan.pinnedLayers, ...(plan.head === "resident" ? [cfg.numLayers] : [])],
         ringSlots: plan.ringSlots,
         expertSlots: plan.expertSlots,
-        embedResident: false,
         prefetch: (opts.prefetch ?? true) && plan.readerMayRunAhead,
         direct: opts.direct ?? true,
-        ioThreads: opts.ioThreads ?? 4,
+        ioThreads: opts.ioThreads,
         policy: opts.policy ?? "lfru",
         checksums: opts.verify ? loadChecksums(checkpoint) : undefined,
         onProgress: opts.onProgress && ((d, t) => opts.onProgress!("loading pinned layers", d, t)),
@@ -254,17 +291,11 @@ export class Engine {
   private trace?: TraceWriter;
 
   /** Every forward goes through here, so the trace sees every chunk. */
-  private forward(session: Session, ids: number[], onChunk?: (done: number, total: number) => void, logits = true): Float32Array | null {
-    if (!this.trace) return this.model.forward(session.state, ids, { onChunk, logits });
-    let pos = session.state.pos;
-    return this.model.forward(session.state, ids, {
-      logits,
-      onChunk: (done, total) => {
-        this.trace!.flush(pos);
-        pos = session.state.pos;
-        onChunk?.(done, total);
-      },
-    });
+  private forward(session: Session, ids: number[], logits = true): Float32Array | null {
+    const pos = session.state.pos;
+    const out = this.model.forward(session.state, ids, { logits });
+    this.trace?.flush(pos);
+    return out;
   }
 
   /**
@@ -280,7 +311,7 @@ export class Engine {
     for (let s = 0; ; s += C) {
       const part = all.slice(s, s + C);
       const last = s + C >= all.length;
-      const logits = this.forward(session, part, undefined, last);
+      const logits = this.forward(session, part, last);
       onChunk?.(s + part.length, all.length);
       if (last) return logits!;
       yield { done: s + part.length, total: all.length };
@@ -345,7 +376,6 @@ export class Engine {
    * emitted token is kept pending and fed first next time).
    */
   *generate(session: Session, prompt: number[], opts: GenerateOptions): Generator<TokenEvent, GenerationStats> {
-    const sampler = opts.sampler ?? { sample: (l: Float32Array) => this.k.k3_argmax(l as any, l.length) };
     const stop = new Set(opts.stopIds ?? []);
     const before = this.weights.stats();
     const t0 = performance.now();
@@ -379,7 +409,10 @@ export class Engine {
         stopReason = "cancelled";
         break;
       }
-      const id = sampler.sample(logits);
+      // Every step's logits are checked, whatever picks the token: greedy is their argmax.
+      const greedy = this.k.k3_argmax(logits, logits.length);
+      if (greedy < 0) throw nonFiniteLogits(logits, generated === 0 ? "after the prompt" : `after generated token ${generated}`, session.position);
+      const id = opts.sampler ? opts.sampler.sample(logits) : greedy;
       if (stop.has(id)) {
         // The stop token is part of the sequence (a chat turn ends with it) but not emitted.
         session.pending.push(id);
@@ -427,9 +460,15 @@ export class Engine {
     };
   }
 
-  /** Counters since open (bytes read, reads, hits, direct I/O). */
-  stats(): WeightStats & { peakRssBytes: number; threads: number } {
-    return { ...this.weights.stats(), peakRssBytes: peakRssBytes(), threads: this.threads };
+  /** Counters since open (bytes read, reads, hits, direct I/O), the compute threads (how many, of
+   *  how many hardware threads, and the pool's limit: the default stops there), the I/O threads. */
+  stats(): WeightStats & ComputeThreads & { peakRssBytes: number; ioThreads: number } {
+    return { ...this.weights.stats(), peakRssBytes: peakRssBytes(), ...this.pool, ioThreads: this.weights.ioThreads ?? 0 };
+  }
+
+  /** C memory held now: the forward pass's scratch and the weights (sessions report their own). */
+  allocatedBytes(): { forward: number; weights: number } {
+    return { forward: this.model.allocatedBytes, weights: this.weights.allocatedBytes };
   }
 
   close(): void {
@@ -456,8 +495,25 @@ function diffStats(a: WeightStats, b: WeightStats): WeightStats {
   };
 }
 
+/** The model produced NaN or ±inf logits: broken weights. Never pick a token from them. */
+function nonFiniteLogits(logits: Float32Array, step: string, position: number): K3Error {
+  let nan = 0;
+  let inf = 0;
+  let first = -1;
+  for (let i = 0; i < logits.length; i++) {
+    const v = logits[i]!;
+    if (Number.isFinite(v)) continue;
+    if (first < 0) first = i;
+    if (Number.isNaN(v)) nan++;
+    else inf++;
+  }
+  return new K3Error("CHECKPOINT", `the model's logits ${step} (position ${position}) are not finite: ${nan} NaN and ${inf} infinite of ${logits.length}, the first at token id ${first}`, [
+    "a weight of this model is NaN or infinite (or produces such values): check the checkpoint (k3 verify, or a fresh download)",
+  ]);
+}
+
 /** Peak resident set size from the OS (getrusage maxrss, KiB on Linux). */
-export function peakRssBytes(): number {
+function peakRssBytes(): number {
   return process.resourceUsage().maxRSS * 1024;
 }
 

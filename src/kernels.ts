@@ -19,6 +19,7 @@ const { ptr, i32, i64, i64_fast, u32, f32, cstring, void: v } = FFIType;
 /** The symbol table: argument and return types of every exported function (see kernels/k3.h). */
 export const symbols = {
   k3_version: { args: [], returns: i32 },
+  k3_limit: { args: [i32], returns: i32 }, // (K3_LIMIT_* id) → value; see kernelLimits()
 
   // ISA dispatch (process-wide): -1 auto, 0 scalar, 1 AVX2, 2 AVX-512
   k3_isa_set: { args: [i32], returns: i32 },
@@ -48,7 +49,7 @@ export const symbols = {
   k3_sigmoid: { args: [ptr, i64], returns: v },
   k3_mul_sigmoid: { args: [ptr, ptr, i64], returns: v },
   k3_situ_glu: { args: [ptr, ptr, ptr, i64, f32, f32], returns: v },
-  k3_argmax: { args: [ptr, i32], returns: i32 },
+  k3_argmax: { args: [ptr, i32], returns: i32 }, // index, or K3_ERR_NONFINITE / K3_ERR_ARG
   // (x, ldx, w, y, ldy, n, T, eps)
   k3_rmsnorm_bf16w: { args: [ptr, i32, ptr, ptr, i32, i32, i32, f32], returns: v },
   k3_rmsnorm_f32w: { args: [ptr, i32, ptr, ptr, i32, i32, i32, f32], returns: v },
@@ -65,10 +66,10 @@ export const symbols = {
   k3_mla_attend: { args: [ptr, ptr, ptr, ptr, ptr, i32, i32, i32, i32, i32, i32, i32, f32], returns: v },
 
   // AttnRes: (bank, n, P, proj, norm, out, E, T, eps)
-  k3_attnres_mix: { args: [ptr, i32, ptr, ptr, ptr, ptr, i32, i32, f32], returns: v },
+  k3_attnres_mix: { args: [ptr, i32, ptr, ptr, ptr, ptr, i32, i32, f32], returns: i32 }, // K3_OK / K3_ERR_ARG
 
   // router: (logits, bias, N, K, T, scaling, idx, w)
-  k3_router_topk: { args: [ptr, ptr, i32, i32, i32, f32, ptr, ptr], returns: v },
+  k3_router_topk: { args: [ptr, ptr, i32, i32, i32, f32, ptr, ptr], returns: i32 }, // K3_OK / K3_ERR_ARG
 
   // I/O (kernels/k3_io.h): files, direct-I/O probe, the I/O thread pool, CRC-32
   k3_file_open: { args: [cstring, i32], returns: i32 }, // (path, direct) → fd or −errno
@@ -92,7 +93,33 @@ export const symbols = {
 /** ISA ids of k3_isa_set / k3_isa_get (kernels/k3.h). */
 export const ISA = { auto: -1, scalar: 0, avx2: 1, avx512: 2 } as const;
 
+/** Status codes kernels return (kernels/k3.h). */
+export const K3_STATUS = { ok: 0, arg: -1, nomem: -2, io: -3, short: -4, nonfinite: -5 } as const;
+
 export type Kernels = ReturnType<typeof dlopen<typeof symbols>>["symbols"];
+
+/** The kernels' size limits, declared once in kernels/k3.h and read from the library. */
+export interface KernelLimits {
+  routerExperts: number; // k3_router_topk: num_experts
+  attnResSources: number; // k3_attnres_mix: AttnRes snapshots + the running sum
+  poolThreads: number; // k3_pool_init
+  ioThreads: number; // k3_io_init
+  mxfp4Group: number; // k3_matmul_mxfp4: columns are a multiple of this
+  kdaConvWidth: number; // k3_kda_conv_silu: the only conv width implemented
+}
+
+/** Ids of k3_limit (K3_LIMIT_* in kernels/k3.h), in KernelLimits' field order. */
+const LIMIT_IDS: Record<keyof KernelLimits, number> = { routerExperts: 0, attnResSources: 1, poolThreads: 2, ioThreads: 3, mxfp4Group: 4, kdaConvWidth: 5 };
+
+export function kernelLimits(k: Kernels = loadKernels()): KernelLimits {
+  const out = {} as KernelLimits;
+  for (const [name, id] of Object.entries(LIMIT_IDS) as [keyof KernelLimits, number][]) {
+    const v = k.k3_limit(id);
+    if (v <= 0) throw new Error(`kernel library has no limit ${name} (id ${id}): library older than these bindings`);
+    out[name] = v;
+  }
+  return out;
+}
 
 let loaded: Kernels | undefined;
 

@@ -113,11 +113,13 @@ describe("KDA and MLA bits across thread counts and batching", () => {
 });
 
 describe("pool and memory", () => {
-  test("pool resizes, clamps to 1..64, and the read probe sums bytes exactly", () => {
+  test("pool resizes within 1..64, refuses sizes outside (unchanged), and the read probe sums bytes exactly", () => {
     expect(k.k3_pool_init(3)).toBe(3);
     expect(k.k3_pool_size()).toBe(3);
-    expect(k.k3_pool_init(0)).toBe(1);
-    expect(k.k3_pool_init(1000)).toBe(64);
+    expect(k.k3_pool_init(0)).toBe(-1);
+    expect(k.k3_pool_init(65)).toBe(-1);
+    expect(k.k3_pool_size()).toBe(3);
+    expect(k.k3_pool_init(64)).toBe(64);
     expect(k.k3_pool_init(2)).toBe(2);
     const bytes = new Uint8Array(1_000_003);
     let want = 0n;

@@ -2,7 +2,7 @@
 // in docs/NUMERICS.md (never an arbitrary epsilon). Matmuls run on every ISA path this CPU has.
 import { describe, expect, test } from "bun:test";
 import * as ref from "../tools/reference/ops.ts";
-import { ISA } from "../src/kernels.ts";
+import { ISA, K3_STATUS, kernelLimits } from "../src/kernels.ts";
 import {
   k, U, SUB, gamma, rng, randF32, randBF16, bf16ToF32, randMXFP4, f64, withIsaThreads, supported,
   expectWithin,
@@ -132,10 +132,14 @@ describe("elementwise ops vs float64 reference", () => {
     expect(out.every((v) => Math.abs(v) <= 100)).toBe(true);
   });
 
-  test("argmax: ties go to the lowest index, NaN never wins", () => {
+  test("argmax: ties go to the lowest index; any NaN or ±inf is refused, never ranked around", () => {
     expect(k.k3_argmax(new Float32Array([1, 3, 2, 3]), 4)).toBe(1);
-    expect(k.k3_argmax(new Float32Array([NaN, -5, -5]), 3)).toBe(1);
-    expect(k.k3_argmax(new Float32Array([-Infinity, -Infinity]), 2)).toBe(0);
+    expect(k.k3_argmax(new Float32Array([-7, -5, -5]), 3)).toBe(1);
+    expect(k.k3_argmax(new Float32Array([NaN, -5, -5]), 3)).toBe(K3_STATUS.nonfinite);
+    expect(k.k3_argmax(new Float32Array([NaN, NaN]), 2)).toBe(K3_STATUS.nonfinite);
+    expect(k.k3_argmax(new Float32Array([1, Infinity]), 2)).toBe(K3_STATUS.nonfinite);
+    expect(k.k3_argmax(new Float32Array([-Infinity, -Infinity]), 2)).toBe(K3_STATUS.nonfinite);
+    expect(k.k3_argmax(new Float32Array([1]), 0)).toBe(K3_STATUS.arg);
     const x = randF32(r, n);
     let best = 0;
     for (let i = 1; i < n; i++) if (x[i] > x[best]) best = i;
@@ -310,5 +314,47 @@ describe("MLA, AttnRes, router vs float64 reference", () => {
       expectWithin(w.subarray(t * K, (t + 1) * K), want.w, want.w.map((v) => 9 * U * Math.abs(v)), `router w t${t}`);
     }
     expect(Array.from(idx.subarray(0, 3))).toEqual([5, 9, 40]);
+  });
+
+  test("router refuses what it cannot rank: NaN logits, non-finite bias, N past K3_MAX_ROUTER_EXPERTS", () => {
+    const N = 16, K = 4, T = 2;
+    const run = (logits: Float32Array, bias: Float32Array, n = N) => {
+      const idx = new Int32Array(T * K).fill(-9), w = new Float32Array(T * K).fill(-9);
+      const status = k.k3_router_topk(logits, bias, n, K, T, 1, idx, w);
+      return { status, untouched: idx.every((x) => x === -9) && w.every((x) => x === -9) };
+    };
+    const logits = randF32(r, T * N, -4, 4), bias = randF32(r, N, -0.3, 0.3);
+    expect(run(logits, bias).status).toBe(K3_STATUS.ok);
+    const nanLogit = Float32Array.from(logits);
+    nanLogit[N + 3] = NaN; // second token only: refused before the first token is written
+    expect(run(nanLogit, bias)).toEqual({ status: K3_STATUS.nonfinite, untouched: true });
+    const infLogit = Float32Array.from(logits);
+    infLogit[2] = Infinity; // sigmoid saturates to 1: a valid score
+    expect(run(infLogit, bias).status).toBe(K3_STATUS.ok);
+    for (const bad of [NaN, Infinity, -Infinity]) {
+      const b = Float32Array.from(bias);
+      b[5] = bad;
+      expect(run(logits, b)).toEqual({ status: K3_STATUS.nonfinite, untouched: true });
+    }
+    const limits = kernelLimits(k);
+    const big = limits.routerExperts + 1;
+    expect(run(new Float32Array(T * big), new Float32Array(big), big)).toEqual({ status: K3_STATUS.arg, untouched: true });
+  });
+
+  test("AttnRes mix refuses more sources than K3_MAX_ATTNRES_SOURCES, writing nothing", () => {
+    const E = 8, T = 1;
+    const n = kernelLimits(k).attnResSources; // n snapshots + P = one too many
+    const bank = new Float32Array(n * T * E).fill(1), P = new Float32Array(T * E).fill(1);
+    const proj = new Uint16Array(E).fill(0x3f80), norm = new Uint16Array(E).fill(0x3f80);
+    const out = new Float32Array(T * E).fill(-9);
+    expect(k.k3_attnres_mix(bank, n, P, proj, norm, out, E, T, 1e-5)).toBe(K3_STATUS.arg);
+    expect(out.every((x) => x === -9)).toBe(true);
+    expect(k.k3_attnres_mix(bank, n - 1, P, proj, norm, out, E, T, 1e-5)).toBe(K3_STATUS.ok);
+    expect(out.every((x) => x === 1)).toBe(true);
+  });
+
+  test("the limits come from k3.h through k3_limit; an unknown id is refused", () => {
+    expect(kernelLimits(k)).toEqual({ routerExperts: 4096, attnResSources: 64, poolThreads: 64, ioThreads: 256, mxfp4Group: 32, kdaConvWidth: 4 });
+    expect(k.k3_limit(99)).toBe(K3_STATUS.arg);
   });
 });

@@ -30,7 +30,7 @@ const ALLOWED: Record<string, string[]> = {
   "src/checkpoint/": ["src/errors.ts", "src/log.ts"],
   "src/text/": ["src/errors.ts", "src/log.ts"],
   "src/model/": ["src/kernels.ts", "src/checkpoint/", "src/errors.ts", "src/log.ts"],
-  "src/memory/": ["src/kernels.ts", "src/checkpoint/", "src/model/cmem.ts", "src/model/weights.ts", "src/errors.ts", "src/log.ts"],
+  "src/memory/": ["src/kernels.ts", "src/checkpoint/", "src/model/cmem.ts", "src/model/weights.ts", "src/model/buffers.ts", "src/errors.ts", "src/log.ts"],
   "src/engine.ts": ["src/kernels.ts", "src/checkpoint/", "src/model/", "src/memory/", "src/text/", "src/errors.ts", "src/log.ts"],
   "src/conversation.ts": ["src/engine.ts", "src/errors.ts", "src/log.ts"],
   "src/server/": ["src/engine.ts", "src/conversation.ts", "src/errors.ts", "src/log.ts", "src/version.ts"],

@@ -81,8 +81,8 @@ describe("plan of the released model", () => {
     const p = planMemory(releaseInput(4 * GiB));
     expect(p.ringSlots).toBe(1);
     expect(p.readerMayRunAhead).toBe(false);
-    expect(p.head).toBe("streamed"); // lm_head is the largest unit: it sets the slot size
-    expect(p.ringSlotBytes).toBe(ioBufferBytes(release.census.headBytes));
+    expect(p.head).toBe("streamed"); // the head (lm_head + final norms) is the largest unit: it sets the slot size
+    expect(p.ringSlotBytes).toBe(ioBufferBytes(release.census.headBytes) + ioBufferBytes(release.census.finalBytes));
   });
 });
 

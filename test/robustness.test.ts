@@ -31,7 +31,7 @@ beforeAll(async () => {
 function twoSlotRam(d: string, threads = 1, chunk = 32): string {
   const ck = openCheckpoint(d);
   const input = planInputFromCensus(ck.config, ck.layout.census, 0, 4096, threads, chunk);
-  return String(floorBytes(input, threads, chunk) + Math.ceil(Math.max(input.headBytes, ...input.trunkBytesPerLayer) / 4096) * 4096 + 4096);
+  return String(floorBytes(input, chunk) + Math.ceil(Math.max(input.headBytes, ...input.trunkBytesPerLayer) / 4096) * 4096 + 4096);
 }
 
 function complete(e: Engine, s: ReturnType<Engine["createSession"]>, prompt: number[]) {
@@ -47,7 +47,7 @@ describe("expert reads stay within the I/O queue", () => {
     await generateModel(many, { preset: "tiny-a", seed: 3, experts: 512, layers: 3 });
     const k = loadKernels();
     const ck = openCheckpoint(many);
-    const w = new StreamingWeights(k, ck, { pinnedUnits: [], ringSlots: 2, expertSlots: 1024, embedResident: false, prefetch: true, direct: true, ioThreads: 1, policy: "lfru" });
+    const w = new StreamingWeights(k, ck, { pinnedUnits: [], ringSlots: 2, expertSlots: 1024, prefetch: true, direct: true, policy: "lfru" });
     try {
       const L = ck.config.firstKDense;
       const experts = Array.from({ length: 300 }, (_, i) => i);

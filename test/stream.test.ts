@@ -11,6 +11,7 @@ import { openCheckpoint } from "../src/checkpoint/catalogue.ts";
 import { Engine } from "../src/engine.ts";
 import { loadKernels } from "../src/kernels.ts";
 import { floorBytes, planInputFromCensus, type PlanInput } from "../src/memory/plan.ts";
+import { streamSlots } from "../src/memory/slots.ts";
 import { scratchDir, tinyModel } from "./helpers/models.ts";
 
 const PROMPT = [5, 17, 300, 42, 7, 99, 3, 250];
@@ -33,13 +34,13 @@ function run(dir: string, opts: Parameters<typeof Engine.open>[1]) {
 
 function planInput(dir: string, budgetBytes: number): PlanInput {
   const ck = openCheckpoint(dir);
-  return planInputFromCensus(ck.config, ck.layout.census, budgetBytes, 4096, 2, 32);
+  return planInputFromCensus(ck.config, ck.layout.census, budgetBytes, 4096, 2, 32, streamSlots(ck));
 }
 
 /** Budgets from the floor (everything streamed, 1 ring slot, top-k expert slots) to all resident. */
 function budgets(dir: string): { name: string; bytes: number }[] {
   const input = planInput(dir, 0);
-  const floor = floorBytes(input, 2, 32);
+  const floor = floorBytes(input, 32);
   const c = openCheckpoint(dir).layout.census;
   const everything = c.trunkBytes + c.headBytes + c.expertBytes * c.expertCount + 64 * 4096 * (c.expertCount + c.trunkBytesPerLayer.length + 2);
   return [
@@ -113,7 +114,7 @@ describe("chunked prefill", () => {
       // prefetch, room for the second ring slot it needs
       const input = { ...planInput(dir, 0), prefillChunk: chunk };
       const second = prefetch ? Math.ceil(Math.max(input.headBytes, ...input.trunkBytesPerLayer) / 4096) * 4096 + 4096 : 0;
-      const floor = String(floorBytes(input, 2, chunk) + second);
+      const floor = String(floorBytes(input, chunk) + second);
       const e = Engine.open(dir, { ram: floor, threads: 2, chunk, lookahead: false, prefetch });
       try {
         const before = e.stats();
@@ -184,7 +185,7 @@ describe("two engines in one process", () => {
   test("both stream correctly while open at the same time (the I/O pool is shared, not reset)", () => {
     // Two ring slots, so engine A has a prefetch read in flight when engine B opens.
     const input = planInput(dir, 0);
-    const ram = String(floorBytes(input, 2, 32) + Math.ceil(Math.max(input.headBytes, ...input.trunkBytesPerLayer) / 4096) * 4096 + 4096);
+    const ram = String(floorBytes(input, 32) + Math.ceil(Math.max(input.headBytes, ...input.trunkBytesPerLayer) / 4096) * 4096 + 4096);
     const a = Engine.open(dir, { ram, threads: 2 });
     expect(a.plan!.ringSlots).toBe(2);
     const ga = a.generate(a.createSession(), PROMPT, { maxTokens: GEN });

@@ -2,12 +2,17 @@
 // which trunk units are pinned, how many ring slots stream the rest, and how many expert slots
 // the cache gets. Pure arithmetic on the config and byte figures: printable without weights.
 //
+// What it sums is what the code allocates: the forward pass's scratch and a session's state come
+// from the model's buffer table (src/model/buffers.ts), disk buffers from the streaming
+// provider's read plans (StreamSlots); test/plan-allocations.test.ts checks plan ≥ allocation.
+//
 // Decisions (docs/PLAN.md has the reasoning):
-//  - A "trunk unit" is one layer's non-expert tensors or lm_head: both are read in full every
-//    token, so each pinned byte saves exactly one byte of disk read per token, whichever unit it
-//    belongs to. Units are pinned largest first (ties: lower layer first, lm_head after layers of
-//    equal size): the largest streamed unit sets the ring slot size, so pinning big units first
-//    shrinks the ring. Greedy: a unit that does not fit is skipped and smaller ones are tried.
+//  - A "trunk unit" is one layer's non-expert tensors or the head (lm_head + final norms): each
+//    is read in full every token, so each pinned byte saves exactly one byte of disk read per
+//    token, whichever unit it belongs to. Units are pinned largest first (ties: lower layer
+//    first, the head after layers of equal size): the largest streamed unit sets the ring slot
+//    size, so pinning big units first shrinks the ring. Greedy: a unit that does not fit is
+//    skipped and smaller ones are tried.
 //  - Trunk before expert cache (STREAMING.md §2): experts get what the trunk leaves, but never
 //    fewer than top-k slots (one layer's experts must be resident at once).
 //  - Ring: 2 slots of the largest streamed unit (next read in flight while one computes); 1 slot
@@ -19,6 +24,8 @@
 //  - Every disk buffer is sized for an O_DIRECT read widened to 4096-byte alignment.
 import { K3Error } from "../errors.ts";
 import type { ModelConfig } from "../checkpoint/types.ts";
+import { forwardBufferBytes, kdaStateBytes, mlaCacheBytes } from "../model/buffers.ts";
+import { embedRowBufferBytes } from "./embed-rows.ts";
 import { gib } from "./ram.ts";
 
 /** Bun + catalogue + tokenizer + JIT/GC growth. Measured: 206 MB RSS after the release's metadata
@@ -27,7 +34,17 @@ export const RUNTIME_HEADROOM_BYTES = 384 * 2 ** 20;
 export const IO_ALIGN = 4096;
 export const DEFAULT_PREFILL_CHUNK = 32;
 export const DEFAULT_CONTEXT = 4096;
-const F32 = 4;
+
+/**
+ * Buffer sizes the streaming provider allocates for each trunk unit (layers 0..N−1, then the
+ * head: lm_head + final norms) and for one expert slot. From a checkpoint they are its read
+ * plans' sizes (src/memory/slots.ts: exact, whatever the layout); from metadata alone, the
+ * release's layout is assumed (`censusSlots`).
+ */
+export interface StreamSlots {
+  unitBytes: number[]; // [numLayers + 1]
+  expertBytes: number;
+}
 
 export interface PlanInput {
   cfg: ModelConfig;
@@ -38,8 +55,9 @@ export interface PlanInput {
   finalBytes: number;
   budgetBytes: number; // usable RAM for this process
   contextTokens: number; // MLA cache is sized for this many positions
-  threads?: number; // compute threads (per-thread scratch)
-  prefillChunk?: number; // tokens per prefill chunk (scratch)
+  threads?: number; // compute threads (reported; the scratch does not depend on it)
+  prefillChunk?: number; // tokens per forward pass (sizes the scratch)
+  slots?: StreamSlots; // default: censusSlots (one aligned read per unit and per expert)
 }
 
 /** The planner's input from a byte census (checkpoint or release metadata). */
@@ -50,6 +68,7 @@ export function planInputFromCensus(
   contextTokens: number,
   threads?: number,
   prefillChunk?: number,
+  slots?: StreamSlots,
 ): PlanInput {
   return {
     cfg,
@@ -62,6 +81,7 @@ export function planInputFromCensus(
     contextTokens,
     threads,
     prefillChunk,
+    slots,
   };
 }
 
@@ -73,9 +93,10 @@ export interface PlanItem {
 }
 
 export interface TrunkUnit {
-  name: string; // "layer 5" | "lm_head"
-  layer: number | null; // null for lm_head
-  bytes: number;
+  name: string; // "layer 5" | "head"
+  layer: number | null; // null for the head
+  bytes: number; // payload read per token when streamed
+  slotBytes: number; // buffer it needs (pinned or as a ring slot)
 }
 
 export interface MemoryPlan {
@@ -104,74 +125,56 @@ export interface MemoryPlan {
 /** Buffer for an O_DIRECT read of `bytes` at any offset: widened to 4096 on both ends. */
 export const ioBufferBytes = (bytes: number): number => Math.ceil(bytes / IO_ALIGN) * IO_ALIGN + IO_ALIGN;
 
+/** The release's layout (MODEL.md §3): a layer's trunk and an expert are one read each; the head
+ *  is lm_head plus the final norms, two reads (they sit apart in the shards). */
+export function censusSlots(input: Pick<PlanInput, "trunkBytesPerLayer" | "headBytes" | "finalBytes" | "expertBytes">): StreamSlots {
+  return {
+    unitBytes: [...input.trunkBytesPerLayer.map(ioBufferBytes), ioBufferBytes(input.headBytes) + ioBufferBytes(input.finalBytes)],
+    expertBytes: ioBufferBytes(input.expertBytes),
+  };
+}
+
 export const moeLayerCount = (cfg: ModelConfig): number => cfg.numLayers - cfg.firstKDense;
 
-/** KDA recurrent state of one layer: H·D·D f32 + conv history (kernel−1) × 3 (q,k,v) × P f32. */
-export function kdaStateBytesPerLayer(cfg: ModelConfig): number {
-  const P = cfg.kdaHeads * cfg.kdaHeadDim;
-  return F32 * (cfg.kdaHeads * cfg.kdaHeadDim * cfg.kdaHeadDim + (cfg.convKernel - 1) * 3 * P);
-}
-
-/** MLA latent cache of one position in one layer: (kv_lora_rank + qk_rope) f32 (576 on K3). */
-export const mlaBytesPerPosition = (cfg: ModelConfig): number => F32 * (cfg.kvLoraRank + cfg.qkRope);
-
-/**
- * Activations for one prefill chunk (an estimate from the forward step, MODEL.md §4, f32):
- * per token the residual + AttnRes sources, the larger of the attention and FFN buffers (reused
- * between the two), MLA scores over the whole context; once: logits; per thread: one expert's
- * intermediate; plus the gathered bf16 embedding rows.
- */
-export function scratchBytes(cfg: ModelConfig, chunk: number, contextTokens: number, threads: number): number {
-  const E = cfg.hidden;
-  const sources = Math.ceil(cfg.numLayers / cfg.attnResBlock) + 1; // snapshots + running P
-  const residual = E * (sources + 4); // bank, P, h, h2, normed x
-  const P = cfg.kdaHeads * cfg.kdaHeadDim;
-  const kda = 6 * P + cfg.kdaHeadDim + cfg.kdaHeads; // q,k,v,g,f,o + f_a + β
-  const Hm = cfg.mlaHeads;
-  const mla =
-    cfg.qLoraRank + Hm * (cfg.qkNope + cfg.qkRope) + cfg.kvLoraRank + cfg.qkRope + Hm * cfg.kvLoraRank /* absorbed q */ +
-    Hm * contextTokens /* scores */ + 2 * Hm * cfg.vHead; // output + gate
-  const dense = cfg.firstKDense > 0 ? 2 * cfg.denseInter : 0;
-  const moe = cfg.numExperts + 2 * cfg.latent + 2 * cfg.numSharedExperts * cfg.moeInter;
-  const perToken = residual + Math.max(kda, mla, dense, moe);
-  const perThread = 2 * cfg.moeInter + cfg.latent;
-  const embedRows = chunk * ioBufferBytes(2 * E);
-  return F32 * (chunk * perToken + cfg.vocab + threads * perThread) + embedRows;
-}
-
-/** Units in pinning order: largest first; ties → layers in order, then lm_head. */
+/** Units in pinning order: largest buffer first; ties → layers in order, then the head. */
 function trunkUnits(input: PlanInput): TrunkUnit[] {
-  const units: TrunkUnit[] = input.trunkBytesPerLayer.map((bytes, layer) => ({ name: `layer ${layer}`, layer, bytes }));
-  units.push({ name: "lm_head", layer: null, bytes: input.headBytes });
-  return units.sort((a, b) => b.bytes - a.bytes || (a.layer ?? Infinity) - (b.layer ?? Infinity));
+  const slots = input.slots ?? censusSlots(input);
+  const N = input.cfg.numLayers;
+  if (slots.unitBytes.length !== N + 1) throw new K3Error("INTERNAL", `slot sizes for ${slots.unitBytes.length} trunk units, config has ${N} layers + the head`);
+  const units: TrunkUnit[] = input.trunkBytesPerLayer.map((bytes, layer) => ({ name: `layer ${layer}`, layer, bytes, slotBytes: slots.unitBytes[layer]! }));
+  units.push({ name: "head", layer: null, bytes: input.headBytes + input.finalBytes, slotBytes: slots.unitBytes[N]! });
+  return units.sort((a, b) => b.slotBytes - a.slotBytes || (a.layer ?? Infinity) - (b.layer ?? Infinity));
 }
 
-/** Allocations that do not depend on the pin/stream choice (expert floor included). */
-function fixedItems(input: PlanInput, threads: number, chunk: number): PlanItem[] {
+/** Allocations that do not depend on the pin/stream choice (the expert floor is added apart). */
+function fixedItems(input: PlanInput, chunk: number): PlanItem[] {
   const { cfg, contextTokens } = input;
   const kdaLayers = cfg.layerKinds.filter((k) => k === "kda").length;
   const mlaLayers = cfg.layerKinds.filter((k) => k === "mla").length;
   return [
     { name: "runtime", bytes: RUNTIME_HEADROOM_BYTES, note: "bun, catalogue, tokenizer, GC headroom" },
-    { name: "final norms", bytes: ioBufferBytes(input.finalBytes), note: "norm + output AttnRes mix, resident" },
-    { name: "embedding", bytes: 0, note: `rows gathered from disk (${gib(input.embedBytes)} not resident)` },
-    { name: "KDA state", bytes: kdaLayers * kdaStateBytesPerLayer(cfg), count: kdaLayers, note: "H·D·D + conv history, f32, per KDA layer" },
+    { name: "embedding", bytes: embedRowBufferBytes(cfg), note: `one row buffer: rows gathered from disk (${gib(input.embedBytes)} not resident)` },
+    { name: "KDA state", bytes: kdaLayers * kdaStateBytes(cfg), count: kdaLayers, note: "H·D·D + conv history, f32, per KDA layer" },
     {
       name: "MLA cache",
-      bytes: mlaLayers * contextTokens * mlaBytesPerPosition(cfg),
+      bytes: mlaLayers * mlaCacheBytes(cfg, contextTokens),
       count: mlaLayers,
       note: `${cfg.kvLoraRank + cfg.qkRope} f32 × ${contextTokens} positions per MLA layer`,
     },
-    { name: "scratch", bytes: scratchBytes(cfg, chunk, contextTokens, threads), note: `activations, ${chunk}-token prefill chunk, ${threads} threads` },
+    {
+      name: "scratch",
+      bytes: forwardBufferBytes(cfg, { rows: chunk, logitRows: 1, context: contextTokens }),
+      note: `forward-pass buffers (src/model/buffers.ts) for ${chunk}-token chunks`,
+    },
   ];
 }
 
 const sum = (items: { bytes: number }[]): number => items.reduce((a, i) => a + i.bytes, 0);
 
 /** The smallest total any plan needs at this context: nothing pinned, one ring slot, top-k experts. */
-export function floorBytes(input: PlanInput, threads: number, chunk: number): number {
-  const largest = Math.max(input.headBytes, ...input.trunkBytesPerLayer);
-  return sum(fixedItems(input, threads, chunk)) + ioBufferBytes(largest) + input.cfg.topK * ioBufferBytes(input.expertBytes);
+export function floorBytes(input: PlanInput, chunk = input.prefillChunk ?? DEFAULT_PREFILL_CHUNK): number {
+  const slots = input.slots ?? censusSlots(input);
+  return sum(fixedItems(input, chunk)) + Math.max(...slots.unitBytes) + input.cfg.topK * slots.expertBytes;
 }
 
 export function planMemory(input: PlanInput): MemoryPlan {
@@ -181,10 +184,11 @@ export function planMemory(input: PlanInput): MemoryPlan {
   if (input.trunkBytesPerLayer.length !== cfg.numLayers)
     throw new K3Error("INTERNAL", `trunk sizes for ${input.trunkBytesPerLayer.length} layers, config has ${cfg.numLayers}`);
   if (!Number.isInteger(contextTokens) || contextTokens < 1) throw new K3Error("USAGE", `context must be ≥ 1 token, got ${contextTokens}`);
+  if (!Number.isInteger(chunk) || chunk < 1) throw new K3Error("USAGE", `prefill chunk must be ≥ 1 token, got ${chunk}`);
 
-  const floor = floorBytes(input, threads, chunk);
+  const floor = floorBytes(input, chunk);
   if (floor > budgetBytes) {
-    const maxContext = maxContextAt(input, threads, chunk);
+    const maxContext = maxContextAt(input, chunk);
     throw new K3Error("BUDGET", `RAM budget ${gib(budgetBytes)} is below the floor ${gib(floor)} for a ${contextTokens}-token context`, [
       `need ${floor} bytes (${gib(floor)}): whole trunk streamed through 1 ring slot, ${cfg.topK} expert slots`,
       `usable ${budgetBytes} bytes (${gib(budgetBytes)})`,
@@ -192,30 +196,29 @@ export function planMemory(input: PlanInput): MemoryPlan {
     ]);
   }
 
-  const expertSlotBytes = ioBufferBytes(input.expertBytes);
+  const expertSlotBytes = (input.slots ?? censusSlots(input)).expertBytes;
   const expertFloor = cfg.topK * expertSlotBytes;
-  const fixed = fixedItems(input, threads, chunk);
+  const fixed = fixedItems(input, chunk);
   const forTrunk = budgetBytes - sum(fixed) - expertFloor; // what pinned units + ring may use
 
   // Greedy pinning, largest first. cost = Σ pinned buffers + ringSlots × buffer(largest streamed).
   const units = trunkUnits(input);
-  const largestUnit = units[0]!.bytes;
-  const ringSlots: 1 | 2 = 2 * ioBufferBytes(largestUnit) <= forTrunk ? 2 : 1;
+  const ringSlots: 1 | 2 = 2 * units[0]!.slotBytes <= forTrunk ? 2 : 1;
   const pinned = new Set<TrunkUnit>();
   let pinnedBytes = 0;
   const ringCost = () => {
     const largestStreamed = units.find((u) => !pinned.has(u));
-    return largestStreamed ? ringSlots * ioBufferBytes(largestStreamed.bytes) : 0;
+    return largestStreamed ? ringSlots * largestStreamed.slotBytes : 0;
   };
   for (const u of units) {
     pinned.add(u);
-    const cost = pinnedBytes + ioBufferBytes(u.bytes) + ringCost();
-    if (cost <= forTrunk) pinnedBytes += ioBufferBytes(u.bytes);
+    const cost = pinnedBytes + u.slotBytes + ringCost();
+    if (cost <= forTrunk) pinnedBytes += u.slotBytes;
     else pinned.delete(u);
   }
   const streamed = units.filter((u) => !pinned.has(u));
   const ring = streamed.length ? ringSlots : 0;
-  const ringSlotBytes = streamed.length ? ioBufferBytes(streamed[0]!.bytes) : 0;
+  const ringSlotBytes = streamed.length ? streamed[0]!.slotBytes : 0;
 
   const expertCount = moeLayerCount(cfg) * cfg.numExperts;
   const left = forTrunk - pinnedBytes - ring * ringSlotBytes + expertFloor;
@@ -223,17 +226,18 @@ export function planMemory(input: PlanInput): MemoryPlan {
 
   const pinnedLayers = [...pinned].filter((u) => u.layer !== null).map((u) => u.layer!).sort((a, b) => a - b);
   const streamedLayers = streamed.filter((u) => u.layer !== null).map((u) => u.layer!).sort((a, b) => a - b);
-  const headResident = [...pinned].some((u) => u.layer === null);
-  const pinnedLayerBytes = pinnedLayers.reduce((a, l) => a + ioBufferBytes(input.trunkBytesPerLayer[l]!), 0);
+  const head = units.find((u) => u.layer === null)!;
+  const headResident = pinned.has(head);
+  const workingSet = cfg.topK * moeLayerCount(cfg);
   const items: PlanItem[] = [
     ...fixed,
     {
       name: "pinned trunk",
-      bytes: pinnedLayerBytes,
+      bytes: pinnedBytes - (headResident ? head.slotBytes : 0),
       count: pinnedLayers.length,
       note: `${pinnedLayers.length} of ${cfg.numLayers} layers resident (largest first)`,
     },
-    { name: "lm_head", bytes: headResident ? ioBufferBytes(input.headBytes) : 0, note: headResident ? "resident" : "streamed through the ring" },
+    { name: "head", bytes: headResident ? head.slotBytes : 0, note: headResident ? "lm_head + final norms, resident" : "lm_head + final norms, streamed through the ring" },
     {
       name: "trunk ring",
       bytes: ring * ringSlotBytes,
@@ -244,7 +248,7 @@ export function planMemory(input: PlanInput): MemoryPlan {
       name: "expert slots",
       bytes: expertSlots * expertSlotBytes,
       count: expertSlots,
-      note: `${(expertSlots / (cfg.topK * moeLayerCount(cfg))).toFixed(2)}× one token's working set of ${cfg.topK * moeLayerCount(cfg)}`,
+      note: `${(expertSlots / workingSet).toFixed(2)}× one token's working set of ${workingSet}`,
     },
   ];
   const totalBytes = sum(items);
@@ -259,16 +263,16 @@ export function planMemory(input: PlanInput): MemoryPlan {
     ringSlotBytes,
     readerMayRunAhead: ring === 2,
     expertSlots, expertSlotBytes,
-    expertWorkingSet: cfg.topK * moeLayerCount(cfg),
+    expertWorkingSet: workingSet,
     expertCount,
     streamedBytesPerToken: streamed.reduce((a, u) => a + u.bytes, 0),
-    expertBytesPerTokenAllMiss: cfg.topK * moeLayerCount(cfg) * input.expertBytes,
+    expertBytesPerTokenAllMiss: workingSet * input.expertBytes,
   };
 }
 
 /** Largest context whose floor fits the budget (0 if none): binary search, floor grows with context. */
-export function maxContextAt(input: PlanInput, threads = input.threads ?? 1, chunk = input.prefillChunk ?? DEFAULT_PREFILL_CHUNK): number {
-  const fits = (ctx: number) => floorBytes({ ...input, contextTokens: ctx }, threads, chunk) <= input.budgetBytes;
+export function maxContextAt(input: PlanInput, chunk = input.prefillChunk ?? DEFAULT_PREFILL_CHUNK): number {
+  const fits = (ctx: number) => floorBytes({ ...input, contextTokens: ctx }, chunk) <= input.budgetBytes;
   if (!fits(1)) return 0;
   let lo = 1;
   let hi = 2;

@@ -1,16 +1,27 @@
 // Buffers in C memory (k3_mem_alloc): kernels get raw addresses without a ptr() call per use, and
 // buffers the C side keeps between calls (model state, caches) can never be moved or collected by
-// the JS GC. Each buffer is freed explicitly by its owner (CBuffers.free), never by a finalizer.
-import { toArrayBuffer } from "bun:ffi";
+// the JS GC. Each set is freed by its owner (CBuffers.free); the one backstop is the engine's
+// finalizer for a session whose owner dropped it without close() (src/engine.ts).
+import { toArrayBuffer, type Pointer } from "bun:ffi";
 import { K3Error } from "../errors.ts";
 import type { Kernels } from "../kernels.ts";
 
+/** A C address as the bindings take it (a 48-bit number). */
+export type Addr = Pointer;
+
+/** `base` + `bytes` as an address (row t of a [T][n] f32 buffer: at(buf.ptr, t·n·4)). */
+export const at = (base: number, bytes = 0): Addr => (base + bytes) as Addr;
+
 export interface CBuf {
-  ptr: number; // raw address, 64-byte aligned
+  ptr: Addr; // raw address, 64-byte aligned
   bytes: number;
   f32(): Float32Array; // a view (for the few places JS reads results: logits, router output)
   i32(): Int32Array;
 }
+
+/** Bytes an allocation of `bytes` takes: whole 64-byte lines, at least one. The planner sums
+ *  with this rule too, so its figures are what CBuffers really allocates. */
+export const allocationBytes = (bytes: number): number => Math.max(64, Math.ceil(bytes / 64) * 64);
 
 /** A set of C allocations owned together (one model's scratch, one session's state). */
 export class CBuffers {
@@ -18,15 +29,15 @@ export class CBuffers {
   constructor(private k: Kernels) {}
 
   alloc(bytes: number, what: string, align = 64): CBuf {
-    const size = Math.max(64, Math.ceil(bytes / 64) * 64);
-    const p = Number(this.k.k3_mem_alloc(size, align));
+    const size = allocationBytes(bytes);
+    const p = Number(this.k.k3_mem_alloc(size, align)) as Addr; // null → 0
     if (!p) throw new K3Error("INTERNAL", `out of memory allocating ${size} bytes for ${what}`);
     const buf: CBuf = {
       ptr: p,
       bytes: size,
       // Views are created on demand: a JS ArrayBuffer over C memory has no finalizer.
-      f32: () => new Float32Array(toArrayBuffer(p as any, 0, size)),
-      i32: () => new Int32Array(toArrayBuffer(p as any, 0, size)),
+      f32: () => new Float32Array(toArrayBuffer(p, 0, size)),
+      i32: () => new Int32Array(toArrayBuffer(p, 0, size)),
     };
     this.bufs.push(buf);
     return buf;
@@ -41,7 +52,7 @@ export class CBuffers {
   }
 
   free(): void {
-    for (const b of this.bufs) this.k.k3_mem_free(b.ptr as any);
+    for (const b of this.bufs) this.k.k3_mem_free(b.ptr);
     this.bufs = [];
   }
 }

@@ -5,12 +5,13 @@
 // are summed per token in router rank order. So decoding token n equals recomputing the prefix,
 // bit for bit (test/model.test.ts).
 //
-// Buffers (f32, C memory, sized for `chunk` tokens; row t of a [T][n] buffer starts at t·n):
-//   P [T][E] running sum · bank [nb][T][E] AttnRes snapshots · h, xn [T][E] · a, m [T][E]
+// Scratch buffers: the typed table of src/model/buffers.ts (the planner sums the same table),
+// sized for `chunk` rows and one logit row.
 import { K3Error } from "../errors.ts";
 import type { ModelConfig } from "../checkpoint/types.ts";
-import type { Kernels } from "../kernels.ts";
-import { CBuffers, type CBuf } from "./cmem.ts";
+import { kernelLimits, K3_STATUS, type Kernels } from "../kernels.ts";
+import { allocForwardBuffers, bankSlots, type ForwardBuffers, type ForwardShape } from "./buffers.ts";
+import { at, CBuffers, type Addr, type CBuf } from "./cmem.ts";
 import type { SessionState } from "./state.ts";
 import type { LayerRef, WeightProvider } from "./weights.ts";
 
@@ -19,24 +20,34 @@ const F = 4; // bytes per f32
 /** Experts per layer the lookahead asks for (STREAMING.md §2: top-6 right 81% of the time). */
 export const LOOKAHEAD_EXPERTS = 6;
 
-export interface ForwardOptions {
-  /** Tokens per prefill chunk: the trunk is read once per chunk, each distinct expert once. */
-  chunk: number;
-  /** Called after each chunk (progress). */
-  onChunk?: (done: number, total: number) => void;
-}
-
 /** Which experts each token of a chunk uses, as the router decided (for traces and stats). */
 export type RoutingRecord = (layer: number, idx: Int32Array, T: number, K: number) => void;
 
+/**
+ * Refuse a config outside what the kernels implement (their limits, kernels/k3.h), by name and
+ * before any work: a kernel handed sizes past its limits refuses the call, and a refusal in the
+ * middle of a pass would leave the session half-advanced.
+ */
+export function checkKernelLimits(k: Kernels, cfg: ModelConfig): void {
+  const lim = kernelLimits(k);
+  const sources = bankSlots(cfg) + 1;
+  const checks: [boolean, string][] = [
+    [cfg.numExperts <= lim.routerExperts, `num_experts ${cfg.numExperts} > ${lim.routerExperts} (k3_router_topk's limit)`],
+    [sources <= lim.attnResSources, `${sources} AttnRes sources > ${lim.attnResSources} (k3_attnres_mix's limit)`],
+    [cfg.latent % lim.mxfp4Group === 0 && cfg.moeInter % lim.mxfp4Group === 0, `routed_expert_hidden_size ${cfg.latent} and moe_intermediate_size ${cfg.moeInter} must be multiples of ${lim.mxfp4Group} (MXFP4 groups)`],
+    [cfg.convKernel === lim.kdaConvWidth, `short_conv_kernel_size ${cfg.convKernel}: the KDA conv kernel is width ${lim.kdaConvWidth}`],
+  ];
+  const broken = checks.filter(([ok]) => !ok).map(([, why]) => why);
+  if (broken.length) throw new K3Error("CONFIG", "this config is outside what the kernels implement", broken);
+}
+
 export class Model {
   private mem: CBuffers;
-  private b: Record<string, CBuf> = {};
+  private b: ForwardBuffers;
   private logitsView: Float32Array;
   private idxView: Int32Array;
   private wView: Float32Array;
   private yView: Float32Array;
-  readonly maxBank: number;
   /** Optional observer of routing decisions (the --trace recorder). */
   onRouting?: RoutingRecord;
   /** Router lookahead during decode (T = 1): exact by construction, it only moves reads earlier. */
@@ -50,75 +61,26 @@ export class Model {
     readonly maxContext: number,
   ) {
     if (!Number.isInteger(chunk) || chunk < 1) throw new K3Error("USAGE", `prefill chunk must be ≥ 1, got ${chunk}`);
-    // Kernel preconditions (k3.h): a kernel that is handed sizes outside them does nothing, so
-    // they are refused here, by name, before any work (a silent no-op would be a wrong answer).
-    const limits: [boolean, string][] = [
-      [cfg.numExperts <= 4096, `num_experts ${cfg.numExperts} > 4096 (k3_router_topk's limit)`],
-      [Math.ceil(cfg.numLayers / cfg.attnResBlock) + 1 <= 64, `${Math.ceil(cfg.numLayers / cfg.attnResBlock) + 1} AttnRes sources > 64 (k3_attnres_mix's limit)`],
-      [cfg.latent % 32 === 0 && cfg.moeInter % 32 === 0, `routed_expert_hidden_size ${cfg.latent} and moe_intermediate_size ${cfg.moeInter} must be multiples of 32 (MXFP4 groups)`],
-      [cfg.convKernel === 4, `short_conv_kernel_size ${cfg.convKernel}: the KDA conv kernel is width 4`],
-    ];
-    const broken = limits.filter(([ok]) => !ok).map(([, why]) => why);
-    if (broken.length) throw new K3Error("CONFIG", "this config is outside what the kernels implement", broken);
+    checkKernelLimits(k, cfg);
     this.mem = new CBuffers(k);
-    const c = cfg;
-    const T = chunk;
-    const E = c.hidden;
-    const P = c.kdaHeads * c.kdaHeadDim;
-    this.maxBank = Math.ceil(c.numLayers / c.attnResBlock);
-    const f = (name: string, n: number) => (this.b[name] = this.mem.floats(n, name));
-    f("P", T * E);
-    f("bank", this.maxBank * T * E);
-    f("h", T * E);
-    f("xn", T * E);
-    f("a", T * E);
-    f("m", T * E);
-    // KDA
-    for (const n of ["q", "k", "v", "g", "gp", "o"]) f(`kda_${n}`, T * P);
-    f("kda_fa", T * c.kdaHeadDim);
-    f("kda_beta", T * c.kdaHeads);
-    // MLA
-    const qk = c.qkNope + c.qkRope;
-    f("mla_qa", T * c.qLoraRank);
-    f("mla_q", T * c.mlaHeads * qk);
-    f("mla_c", T * (c.kvLoraRank + c.qkRope));
-    f("mla_o", T * c.mlaHeads * c.vHead);
-    f("mla_gate", T * c.mlaHeads * c.vHead);
-    f("mla_scratch", Number(k.k3_mla_scratch_floats(c.kvLoraRank, maxContext)));
-    // FFN
-    const sharedInter = c.numSharedExperts * c.moeInter;
-    if (c.firstKDense > 0) {
-      f("dense_g", T * c.denseInter);
-      f("dense_u", T * c.denseInter);
+    const shape: ForwardShape = { rows: chunk, logitRows: 1, context: maxContext };
+    try {
+      this.b = allocForwardBuffers(this.mem, cfg, shape);
+    } catch (err) {
+      this.mem.free();
+      throw err;
     }
-    f("sh_g", T * sharedInter);
-    f("sh_u", T * sharedInter);
-    f("sh_d", T * E);
-    f("router_logits", T * c.numExperts);
-    this.b.router_idx = this.mem.alloc(T * c.topK * 4, "router idx");
-    f("router_w", T * c.topK);
-    f("z", T * c.latent);
-    f("xe", T * c.latent);
-    f("ge", T * c.moeInter);
-    f("ue", T * c.moeInter);
-    f("ye", T * c.latent);
-    f("yall", T * c.topK * c.latent);
-    f("y", T * c.latent);
-    // final
-    f("final_bank", this.maxBank * E);
-    f("final_h", E);
-    f("final_x", E);
-    f("logits", c.vocab);
-    this.logitsView = this.b.logits.f32().subarray(0, c.vocab);
+    this.logitsView = this.b.logits.f32().subarray(0, cfg.vocab);
     this.idxView = this.b.router_idx.i32();
     this.wView = this.b.router_w.f32();
-    this.yView = this.b.y!.f32();
+    this.yView = this.b.y.f32();
   }
 
-  /**
-   * Run `ids` through the model, appending to `state`. Returns the logits of the last token
-   * (a view into a buffer reused by the next call: copy it to keep it).
-   */
+  /** C memory this model holds (its scratch; sessions and weights hold their own). */
+  get allocatedBytes(): number {
+    return this.mem.totalBytes;
+  }
+
   /** Refuse ids outside the vocabulary or beyond the context limit, before any state changes. */
   check(state: SessionState, ids: number[]): void {
     if (state.freed) throw new K3Error("USAGE", "this session was closed");
@@ -135,23 +97,24 @@ export class Model {
   }
 
   /**
-   * Run `ids` through the model in chunks, appending to `state`. Returns the logits of the last
-   * token (a view into a buffer reused by the next call: copy it to keep it), or null with
-   * `logits: false` (a prefill piece that more tokens will follow: no final mix, no lm_head).
+   * Run `ids` through the model in chunks of at most `chunk` tokens, appending to `state`.
+   * Returns the logits of the last token (a view into a buffer reused by the next call: copy it
+   * to keep it), or null with `logits: false` (a prefill piece that more tokens will follow: no
+   * final mix, no lm_head).
    */
-  forward(state: SessionState, ids: number[], opts?: Partial<ForwardOptions> & { logits?: boolean }): Float32Array | null {
+  forward(state: SessionState, ids: number[], opts: { logits?: boolean } = {}): Float32Array | null {
     this.check(state, ids);
-    const wantLogits = opts?.logits ?? true;
-    const chunk = Math.min(opts?.chunk ?? this.chunk, this.chunk);
+    const wantLogits = opts.logits ?? true;
     try {
-      for (let s = 0; s < ids.length; s += chunk) {
-        const part = ids.slice(s, s + chunk);
-        this.w.setHeadNext?.(wantLogits && s + chunk >= ids.length);
+      let lastT = 0;
+      for (let s = 0; s < ids.length; s += this.chunk) {
+        const part = ids.slice(s, s + this.chunk);
+        this.w.setHeadNext?.(wantLogits && s + this.chunk >= ids.length);
         this.forwardChunk(state, part);
-        opts?.onChunk?.(s + part.length, ids.length);
+        lastT = part.length;
       }
       if (!wantLogits) return null;
-      this.finalLogits(this.lastT);
+      this.finalLogits(lastT);
       return this.logitsView;
     } catch (err) {
       // A chunk that failed part-way has moved some layers' recurrent state: never reuse it silently.
@@ -160,8 +123,8 @@ export class Model {
     }
   }
 
-  /** Tokens in the most recent chunk (the final mix reads its last row). */
-  private lastT = 0;
+  /** AttnRes snapshots the last chunk left in the bank (the final mix reads them). */
+  private nBankFinal = 0;
 
   private forwardChunk(state: SessionState, ids: number[]): void {
     const k = this.k;
@@ -169,38 +132,38 @@ export class Model {
     const T = ids.length;
     const E = c.hidden;
     const b = this.b;
-    this.lastT = T;
+    const rowsBytes = T * E * F;
     // Embed: P = embed_tokens[id] (no scaling).
-    for (let t = 0; t < T; t++) this.w.embedRow(ids[t]!, b.P!.ptr + t * E * F);
+    for (let t = 0; t < T; t++) this.w.embedRow(ids[t]!, at(b.P.ptr, t * E * F));
     let nBank = 0;
     for (let L = 0; L < c.numLayers; L++) {
       const lw = this.w.acquireLayer(L);
       try {
         // 2. h = mix(P, B) if B non-empty, else P.
-        if (nBank > 0) this.mix(lw, "self_attention_res", nBank, T, b.h!.ptr);
-        else k.k3_mem_copy(b.h!.ptr as any, b.P!.ptr as any, T * E * F);
+        if (nBank > 0) this.mix(lw, "self_attention_res", nBank, T, b.h.ptr);
+        else k.k3_mem_copy(b.h.ptr, b.P.ptr, rowsBytes);
         // 3. Block boundary: snapshot P into the bank, P becomes "none".
         let pNone = false;
         if (L % c.attnResBlock === 0) {
-          k.k3_mem_copy((b.bank!.ptr + nBank * T * E * F) as any, b.P!.ptr as any, T * E * F);
+          k.k3_mem_copy(at(b.bank.ptr, nBank * rowsBytes), b.P.ptr, rowsBytes);
           nBank++;
           pNone = true;
         }
         // 4. a = Attention(RMSNorm(h, input_layernorm))
-        this.norm(lw.t("input_layernorm.weight").ptr, b.h!.ptr, b.xn!.ptr, T, c.rmsEps);
+        this.norm(lw.t("input_layernorm.weight").ptr, b.h.ptr, b.xn.ptr, T);
         if (c.layerKinds[L] === "kda") this.kda(lw, state, L, T);
         else this.mla(lw, state, L, T);
         // 5. P = (P is none) ? a : P + a
-        if (pNone) k.k3_mem_copy(b.P!.ptr as any, b.a!.ptr as any, T * E * F);
-        else k.k3_add(b.P!.ptr as any, b.a!.ptr as any, T * E);
+        if (pNone) k.k3_mem_copy(b.P.ptr, b.a.ptr, rowsBytes);
+        else k.k3_add(b.P.ptr, b.a.ptr, T * E);
         // 6. h2 = mix(P, B) — B is never empty here.
-        this.mix(lw, "mlp_res", nBank, T, b.h!.ptr);
+        this.mix(lw, "mlp_res", nBank, T, b.h.ptr);
         // 7. m = FFN(RMSNorm(h2, post_attention_layernorm))
-        this.norm(lw.t("post_attention_layernorm.weight").ptr, b.h!.ptr, b.xn!.ptr, T, c.rmsEps);
-        if (L < c.firstKDense) this.denseFfn(lw, T);
+        this.norm(lw.t("post_attention_layernorm.weight").ptr, b.h.ptr, b.xn.ptr, T);
+        if (L < c.firstKDense) this.glu(lw, "mlp", c.denseInter, b.dense_g, b.dense_u, b.m.ptr, T);
         else this.moe(lw, L, T);
         // 8. P = P + m
-        k.k3_add(b.P!.ptr as any, b.m!.ptr as any, T * E);
+        k.k3_add(b.P.ptr, b.m.ptr, T * E);
       } finally {
         this.w.releaseLayer(L);
       }
@@ -210,8 +173,6 @@ export class Model {
     state.pos += T;
     for (const id of ids) state.history.push(id);
   }
-
-  private nBankFinal = 0;
 
   /**
    * Run layer L's router on the previous layer's output P (instead of its own mixed, normed
@@ -223,15 +184,12 @@ export class Model {
     if (L >= c.numLayers || L < c.firstKDense || !this.w.peekLayer || !this.w.hintExperts) return;
     const lw = this.w.peekLayer(L);
     if (!lw) return;
-    const b = this.b;
-    const p = "block_sparse_moe";
-    this.norm(lw.t("post_attention_layernorm.weight").ptr, b.P!.ptr, b.xn!.ptr, 1, c.rmsEps);
-    this.mm(lw.t(`${p}.gate.weight`).ptr, b.xn!.ptr, b.router_logits!.ptr, c.numExperts, c.hidden, 1);
-    this.k.k3_router_topk(b.router_logits!.ptr as any, lw.t(`${p}.gate.e_score_correction_bias`).ptr as any, c.numExperts, c.topK, 1, c.routedScaling, b.router_idx!.ptr as any, b.router_w!.ptr as any);
+    this.norm(lw.t("post_attention_layernorm.weight").ptr, this.b.P.ptr, this.b.xn.ptr, 1);
+    this.route(lw, 1);
     this.w.hintExperts(L, Array.from(this.idxView.subarray(0, Math.min(LOOKAHEAD_EXPERTS, c.topK))));
   }
 
-  /** Final model-level mix, norm and lm_head, for the last token of the last chunk only. */
+  /** Final model-level mix, norm and lm_head, for the last row of the last chunk only. */
   private finalLogits(T: number): void {
     const k = this.k;
     const c = this.cfg;
@@ -241,27 +199,38 @@ export class Model {
     const t = T - 1;
     // The bank for one token: gather token t's snapshots into [n][1][E].
     const nb = this.nBankFinal;
-    const bank1 = b.final_bank!;
-    for (let i = 0; i < nb; i++)
-      k.k3_mem_copy((bank1.ptr + i * E * F) as any, (b.bank!.ptr + (i * T + t) * E * F) as any, E * F);
-    k.k3_attnres_mix(bank1.ptr as any, nb, (b.P!.ptr + t * E * F) as any, head.outResProj.ptr as any, head.outResNorm.ptr as any, b.final_h!.ptr as any, E, 1, c.rmsEps);
-    this.norm(head.norm.ptr, b.final_h!.ptr, b.final_x!.ptr, 1, c.rmsEps);
-    k.k3_matmul_bf16(head.lmHead.ptr as any, b.final_x!.ptr as any, b.logits!.ptr as any, c.vocab, E, 1);
+    for (let i = 0; i < nb; i++) k.k3_mem_copy(at(b.final_bank.ptr, i * E * F), at(b.bank.ptr, (i * T + t) * E * F), E * F);
+    const status = k.k3_attnres_mix(b.final_bank.ptr, nb, at(b.P.ptr, t * E * F), head.outResProj.ptr, head.outResNorm.ptr, b.final_h.ptr, E, 1, c.rmsEps);
+    this.checked("k3_attnres_mix", status, "the final mix");
+    this.norm(head.norm.ptr, b.final_h.ptr, b.final_x.ptr, 1);
+    k.k3_matmul_bf16(head.lmHead.ptr, b.final_x.ptr, b.logits.ptr, c.vocab, E, 1);
     this.w.releaseHead?.();
   }
 
-  private norm(w: number, x: number, y: number, T: number, eps: number): void {
+  /** A kernel's status: non-finite input is broken weights (named), anything else a bug here. */
+  private checked(kernel: string, status: number, where: string): void {
+    if (status === K3_STATUS.ok) return;
+    if (status === K3_STATUS.nonfinite)
+      throw new K3Error("CHECKPOINT", `${where}: ${kernel} was given NaN or infinite values, so the answer would be wrong`, [
+        "a weight of this model is NaN or infinite (or produces such values): check the checkpoint (k3 verify, or a fresh download)",
+      ]);
+    throw new K3Error("INTERNAL", `${where}: ${kernel} refused its arguments (status ${status}): checkKernelLimits missed a limit`);
+  }
+
+  /** RMSNorm over the hidden size, T rows, bf16 weight. */
+  private norm(w: Addr, x: Addr, y: Addr, T: number): void {
     const E = this.cfg.hidden;
-    this.k.k3_rmsnorm_bf16w(x as any, E, w as any, y as any, E, E, T, eps);
+    this.k.k3_rmsnorm_bf16w(x, E, w, y, E, E, T, this.cfg.rmsEps);
   }
 
-  private mix(lw: LayerRef, which: "self_attention_res" | "mlp_res", nBank: number, T: number, out: number): void {
+  private mix(lw: LayerRef, which: "self_attention_res" | "mlp_res", nBank: number, T: number, out: Addr): void {
     const b = this.b;
-    this.k.k3_attnres_mix(b.bank!.ptr as any, nBank, b.P!.ptr as any, lw.t(`${which}_proj.weight`).ptr as any, lw.t(`${which}_norm.weight`).ptr as any, out as any, this.cfg.hidden, T, this.cfg.rmsEps);
+    const status = this.k.k3_attnres_mix(b.bank.ptr, nBank, b.P.ptr, lw.t(`${which}_proj.weight`).ptr, lw.t(`${which}_norm.weight`).ptr, out, this.cfg.hidden, T, this.cfg.rmsEps);
+    this.checked("k3_attnres_mix", status, `layer ${lw.layer}`);
   }
 
-  private mm(W: number, X: number, Y: number, rows: number, cols: number, T: number): void {
-    this.k.k3_matmul_bf16(W as any, X as any, Y as any, rows, cols, T);
+  private mm(W: Addr, X: Addr, Y: Addr, rows: number, cols: number, T: number): void {
+    this.k.k3_matmul_bf16(W, X, Y, rows, cols, T);
   }
 
   /** KDA attention (MODEL.md §4 KDA) on xn → a. */
@@ -275,34 +244,34 @@ export class Model {
     const P = H * D;
     const st = state.kda[L];
     if (!st) throw new K3Error("INTERNAL", `layer ${L} has no KDA state`);
-    const x = b.xn!.ptr;
+    const x = b.xn.ptr;
     const t = (s: string) => lw.t(`self_attn.${s}`).ptr;
     // 1. q, k, v projections, [T][P]
-    this.mm(t("q_proj.weight"), x, b.kda_q!.ptr, P, E, T);
-    this.mm(t("k_proj.weight"), x, b.kda_k!.ptr, P, E, T);
-    this.mm(t("v_proj.weight"), x, b.kda_v!.ptr, P, E, T);
+    this.mm(t("q_proj.weight"), x, b.kda_q.ptr, P, E, T);
+    this.mm(t("k_proj.weight"), x, b.kda_k.ptr, P, E, T);
+    this.mm(t("v_proj.weight"), x, b.kda_v.ptr, P, E, T);
     // 2. causal short conv (width 4, history carried across calls) + SiLU
-    k.k3_kda_conv_silu(b.kda_q!.ptr as any, t("q_conv1d.weight") as any, st.convQ.ptr as any, P, T);
-    k.k3_kda_conv_silu(b.kda_k!.ptr as any, t("k_conv1d.weight") as any, st.convK.ptr as any, P, T);
-    k.k3_kda_conv_silu(b.kda_v!.ptr as any, t("v_conv1d.weight") as any, st.convV.ptr as any, P, T);
+    k.k3_kda_conv_silu(b.kda_q.ptr, t("q_conv1d.weight"), st.convQ.ptr, P, T);
+    k.k3_kda_conv_silu(b.kda_k.ptr, t("k_conv1d.weight"), st.convK.ptr, P, T);
+    k.k3_kda_conv_silu(b.kda_v.ptr, t("v_conv1d.weight"), st.convV.ptr, P, T);
     // 3. per-head L2 norm (a SUM of squares), q additionally × D^-0.5
-    k.k3_l2norm_heads(b.kda_q!.ptr as any, H, D, T, 1e-6, 1 / Math.sqrt(D));
-    k.k3_l2norm_heads(b.kda_k!.ptr as any, H, D, T, 1e-6, 1);
+    k.k3_l2norm_heads(b.kda_q.ptr, H, D, T, 1e-6, 1 / Math.sqrt(D));
+    k.k3_l2norm_heads(b.kda_k.ptr, H, D, T, 1e-6, 1);
     // 4. gate g = lower·sigmoid(exp(A_log[h])·(f_b·f_a·x + dt_bias)), A_log per head
-    this.mm(t("f_a_proj.weight"), x, b.kda_fa!.ptr, D, E, T);
-    this.mm(t("f_b_proj.weight"), b.kda_fa!.ptr, b.kda_g!.ptr, P, D, T);
-    k.k3_kda_gate(b.kda_g!.ptr as any, t("dt_bias") as any, t("A_log") as any, b.kda_g!.ptr as any, H, D, T, c.gateLowerBound);
+    this.mm(t("f_a_proj.weight"), x, b.kda_fa.ptr, D, E, T);
+    this.mm(t("f_b_proj.weight"), b.kda_fa.ptr, b.kda_g.ptr, P, D, T);
+    k.k3_kda_gate(b.kda_g.ptr, t("dt_bias"), t("A_log"), b.kda_g.ptr, H, D, T, c.gateLowerBound);
     // 5. β = sigmoid(b_proj·x)
-    this.mm(t("b_proj.weight"), x, b.kda_beta!.ptr, H, E, T);
-    k.k3_sigmoid(b.kda_beta!.ptr as any, T * H);
+    this.mm(t("b_proj.weight"), x, b.kda_beta.ptr, H, E, T);
+    k.k3_sigmoid(b.kda_beta.ptr, T * H);
     // 6. delta rule: decay, update, then read o from the UPDATED state
-    k.k3_kda_recurrent(b.kda_q!.ptr as any, b.kda_k!.ptr as any, b.kda_v!.ptr as any, b.kda_g!.ptr as any, b.kda_beta!.ptr as any, st.S.ptr as any, b.kda_o!.ptr as any, H, D, T);
+    k.k3_kda_recurrent(b.kda_q.ptr, b.kda_k.ptr, b.kda_v.ptr, b.kda_g.ptr, b.kda_beta.ptr, st.S.ptr, b.kda_o.ptr, H, D, T);
     // 7. o = RMSNorm_per_head(o, o_norm) · sigmoid(g_proj·x)   (norm first, then gate)
-    k.k3_rmsnorm_f32w(b.kda_o!.ptr as any, D, t("o_norm.weight") as any, b.kda_o!.ptr as any, D, D, T * H, c.rmsEps);
-    this.mm(t("g_proj.weight"), x, b.kda_gp!.ptr, P, E, T);
-    k.k3_mul_sigmoid(b.kda_o!.ptr as any, b.kda_gp!.ptr as any, T * P);
+    k.k3_rmsnorm_f32w(b.kda_o.ptr, D, t("o_norm.weight"), b.kda_o.ptr, D, D, T * H, c.rmsEps);
+    this.mm(t("g_proj.weight"), x, b.kda_gp.ptr, P, E, T);
+    k.k3_mul_sigmoid(b.kda_o.ptr, b.kda_gp.ptr, T * P);
     // 8. out = o_proj·o
-    this.mm(t("o_proj.weight"), b.kda_o!.ptr, b.a!.ptr, E, P, T);
+    this.mm(t("o_proj.weight"), b.kda_o.ptr, b.a.ptr, E, P, T);
   }
 
   /** Gated NoPE MLA (MODEL.md §4 MLA) on xn → a, appending T latents to the cache. */
@@ -318,39 +287,43 @@ export class Model {
     const row = R + dr;
     const st = state.mla[L];
     if (!st) throw new K3Error("INTERNAL", `layer ${L} has no MLA cache`);
-    const x = b.xn!.ptr;
+    const x = b.xn.ptr;
     const t = (s: string) => lw.t(`self_attn.${s}`).ptr;
     // 1. q = q_b·RMSNorm(q_a·x, q_a_layernorm, 1e-6)   (1e-6: the released code's default, §7.4)
-    this.mm(t("q_a_proj.weight"), x, b.mla_qa!.ptr, c.qLoraRank, E, T);
-    k.k3_rmsnorm_bf16w(b.mla_qa!.ptr as any, c.qLoraRank, t("q_a_layernorm.weight") as any, b.mla_qa!.ptr as any, c.qLoraRank, c.qLoraRank, T, 1e-6);
-    this.mm(t("q_b_proj.weight"), b.mla_qa!.ptr, b.mla_q!.ptr, Hm * qk, c.qLoraRank, T);
+    this.mm(t("q_a_proj.weight"), x, b.mla_qa.ptr, c.qLoraRank, E, T);
+    k.k3_rmsnorm_bf16w(b.mla_qa.ptr, c.qLoraRank, t("q_a_layernorm.weight"), b.mla_qa.ptr, c.qLoraRank, c.qLoraRank, T, 1e-6);
+    this.mm(t("q_b_proj.weight"), b.mla_qa.ptr, b.mla_q.ptr, Hm * qk, c.qLoraRank, T);
     // 2. c = kv_a·x → [c_kv (R) | k_r (dr)]; cache row = [RMSNorm(c_kv, 1e-6) | k_r (not normed)]
-    this.mm(t("kv_a_proj_with_mqa.weight"), x, b.mla_c!.ptr, row, E, T);
+    this.mm(t("kv_a_proj_with_mqa.weight"), x, b.mla_c.ptr, row, E, T);
     const base = st.cache.ptr + state.pos * row * F;
-    k.k3_rmsnorm_bf16w(b.mla_c!.ptr as any, row, t("kv_a_layernorm.weight") as any, base as any, row, R, T, 1e-6);
-    for (let i = 0; i < T; i++)
-      k.k3_mem_copy((base + (i * row + R) * F) as any, (b.mla_c!.ptr + (i * row + R) * F) as any, dr * F);
+    k.k3_rmsnorm_bf16w(b.mla_c.ptr, row, t("kv_a_layernorm.weight"), at(base), row, R, T, 1e-6);
+    for (let i = 0; i < T; i++) k.k3_mem_copy(at(base, (i * row + R) * F), at(b.mla_c.ptr, (i * row + R) * F), dr * F);
     // 3–4. causal attention over positions ≤ p, no rotary, scale (dn+dr)^-0.5, kv_b absorbed
-    k.k3_mla_attend(b.mla_q!.ptr as any, t("kv_b_proj.weight") as any, st.cache.ptr as any, b.mla_o!.ptr as any, b.mla_scratch!.ptr as any, Hm, c.qkNope, dr, c.vHead, R, state.pos, T, 1 / Math.sqrt(qk));
+    k.k3_mla_attend(b.mla_q.ptr, t("kv_b_proj.weight"), st.cache.ptr, b.mla_o.ptr, b.mla_scratch.ptr, Hm, c.qkNope, dr, c.vHead, R, state.pos, T, 1 / Math.sqrt(qk));
     // 5. o · sigmoid(g_proj·x), then o_proj (gate before o_proj, no norm)
-    this.mm(t("g_proj.weight"), x, b.mla_gate!.ptr, Hm * c.vHead, E, T);
-    k.k3_mul_sigmoid(b.mla_o!.ptr as any, b.mla_gate!.ptr as any, T * Hm * c.vHead);
-    this.mm(t("o_proj.weight"), b.mla_o!.ptr, b.a!.ptr, E, Hm * c.vHead, T);
+    this.mm(t("g_proj.weight"), x, b.mla_gate.ptr, Hm * c.vHead, E, T);
+    k.k3_mul_sigmoid(b.mla_o.ptr, b.mla_gate.ptr, T * Hm * c.vHead);
+    this.mm(t("o_proj.weight"), b.mla_o.ptr, b.a.ptr, E, Hm * c.vHead, T);
   }
 
-  /** SiTU-GLU FFN: out = down·SiTU(gate·x, up·x). */
-  private glu(lw: LayerRef, prefix: string, inter: number, g: CBuf, u: CBuf, out: number, T: number): void {
+  /** SiTU-GLU FFN on xn: out = down·SiTU(gate·x, up·x) (dense layers and shared experts). */
+  private glu(lw: LayerRef, prefix: string, inter: number, g: CBuf, u: CBuf, out: Addr, T: number): void {
     const c = this.cfg;
-    const E = c.hidden;
-    const x = this.b.xn!.ptr;
-    this.mm(lw.t(`${prefix}.gate_proj.weight`).ptr, x, g.ptr, inter, E, T);
-    this.mm(lw.t(`${prefix}.up_proj.weight`).ptr, x, u.ptr, inter, E, T);
-    this.k.k3_situ_glu(g.ptr as any, u.ptr as any, g.ptr as any, T * inter, c.situBeta, c.situLinearBeta);
-    this.mm(lw.t(`${prefix}.down_proj.weight`).ptr, g.ptr, out, E, inter, T);
+    const x = this.b.xn.ptr;
+    this.mm(lw.t(`${prefix}.gate_proj.weight`).ptr, x, g.ptr, inter, c.hidden, T);
+    this.mm(lw.t(`${prefix}.up_proj.weight`).ptr, x, u.ptr, inter, c.hidden, T);
+    this.k.k3_situ_glu(g.ptr, u.ptr, g.ptr, T * inter, c.situBeta, c.situLinearBeta);
+    this.mm(lw.t(`${prefix}.down_proj.weight`).ptr, g.ptr, out, c.hidden, inter, T);
   }
 
-  private denseFfn(lw: LayerRef, T: number): void {
-    this.glu(lw, "mlp", this.cfg.denseInter, this.b.dense_g!, this.b.dense_u!, this.b.m!.ptr, T);
+  /** Router on xn (T rows): top-k of sigmoid + bias into router_idx, weights from the unbiased scores. */
+  private route(lw: LayerRef, T: number): void {
+    const c = this.cfg;
+    const b = this.b;
+    const p = "block_sparse_moe";
+    this.mm(lw.t(`${p}.gate.weight`).ptr, b.xn.ptr, b.router_logits.ptr, c.numExperts, c.hidden, T);
+    const status = this.k.k3_router_topk(b.router_logits.ptr, lw.t(`${p}.gate.e_score_correction_bias`).ptr, c.numExperts, c.topK, T, c.routedScaling, b.router_idx.ptr, b.router_w.ptr);
+    this.checked("k3_router_topk", status, `layer ${lw.layer}'s router`);
   }
 
   /** LatentMoE with shared experts (MODEL.md §4 Router, LatentMoE). */
@@ -361,11 +334,8 @@ export class Model {
     const E = c.hidden;
     const K = c.topK;
     const lat = c.latent;
-    const x = b.xn!.ptr;
     const p = "block_sparse_moe";
-    // Router on the full-width normed x: top-k of sigmoid + bias, weights from the unbiased scores.
-    this.mm(lw.t(`${p}.gate.weight`).ptr, x, b.router_logits!.ptr, c.numExperts, E, T);
-    k.k3_router_topk(b.router_logits!.ptr as any, lw.t(`${p}.gate.e_score_correction_bias`).ptr as any, c.numExperts, K, T, c.routedScaling, b.router_idx!.ptr as any, b.router_w!.ptr as any);
+    this.route(lw, T);
     const idx = this.idxView;
     this.onRouting?.(L, idx, T, K);
     // Distinct experts of this chunk in first-use order, with the (token, rank) slots each serves.
@@ -381,11 +351,11 @@ export class Model {
     try {
       this.w.requestExperts(L, [...users.keys()]);
       // z = routed_expert_down_proj·x  (latent)
-      this.mm(lw.t(`${p}.routed_expert_down_proj.weight`).ptr, x, b.z!.ptr, lat, E, T);
+      this.mm(lw.t(`${p}.routed_expert_down_proj.weight`).ptr, b.xn.ptr, b.z.ptr, lat, E, T);
       // Shared experts on the full-width x, unweighted: sh_d = down·SiTU(gate·x, up·x). Computed
       // now, while the routed experts' reads are in flight; it is added after the routed part below,
       // so the order of the sum (and every bit) is as if it ran last.
-      this.glu(lw, `${p}.shared_experts`, c.numSharedExperts * c.moeInter, b.sh_g!, b.sh_u!, b.sh_d!.ptr, T);
+      this.glu(lw, `${p}.shared_experts`, c.numSharedExperts * c.moeInter, b.sh_g, b.sh_u, b.sh_d.ptr, T);
       // Each expert runs as soon as it is available; its rows land in yall[t][rank], so the sum
       // below does not depend on arrival order.
       for (let n = 0; n < users.size; n++) {
@@ -395,14 +365,13 @@ export class Model {
         const ne = slots.length;
         for (let i = 0; i < ne; i++) {
           const tok = Math.floor(slots[i]! / K);
-          k.k3_mem_copy((b.xe!.ptr + i * lat * F) as any, (b.z!.ptr + tok * lat * F) as any, lat * F);
+          k.k3_mem_copy(at(b.xe.ptr, i * lat * F), at(b.z.ptr, tok * lat * F), lat * F);
         }
-        k.k3_matmul_mxfp4(ref.w1p as any, ref.w1s as any, b.xe!.ptr as any, b.ge!.ptr as any, c.moeInter, lat, ne);
-        k.k3_matmul_mxfp4(ref.w3p as any, ref.w3s as any, b.xe!.ptr as any, b.ue!.ptr as any, c.moeInter, lat, ne);
-        k.k3_situ_glu(b.ge!.ptr as any, b.ue!.ptr as any, b.ge!.ptr as any, ne * c.moeInter, c.situBeta, c.situLinearBeta);
-        k.k3_matmul_mxfp4(ref.w2p as any, ref.w2s as any, b.ge!.ptr as any, b.ye!.ptr as any, lat, c.moeInter, ne);
-        for (let i = 0; i < ne; i++)
-          k.k3_mem_copy((b.yall!.ptr + slots[i]! * lat * F) as any, (b.ye!.ptr + i * lat * F) as any, lat * F);
+        k.k3_matmul_mxfp4(ref.w1p, ref.w1s, b.xe.ptr, b.ge.ptr, c.moeInter, lat, ne);
+        k.k3_matmul_mxfp4(ref.w3p, ref.w3s, b.xe.ptr, b.ue.ptr, c.moeInter, lat, ne);
+        k.k3_situ_glu(b.ge.ptr, b.ue.ptr, b.ge.ptr, ne * c.moeInter, c.situBeta, c.situLinearBeta);
+        k.k3_matmul_mxfp4(ref.w2p, ref.w2s, b.ge.ptr, b.ye.ptr, lat, c.moeInter, ne);
+        for (let i = 0; i < ne; i++) k.k3_mem_copy(at(b.yall.ptr, slots[i]! * lat * F), at(b.ye.ptr, i * lat * F), lat * F);
       }
     } finally {
       this.w.releaseExperts(L);
@@ -411,12 +380,11 @@ export class Model {
     const wv = this.wView;
     this.yView.fill(0, 0, T * lat);
     for (let t = 0; t < T; t++)
-      for (let r = 0; r < K; r++)
-        k.k3_axpy((b.y!.ptr + t * lat * F) as any, wv[t * K + r]!, (b.yall!.ptr + (t * K + r) * lat * F) as any, lat);
-    k.k3_rmsnorm_bf16w(b.y!.ptr as any, lat, lw.t(`${p}.routed_expert_norm.weight`).ptr as any, b.y!.ptr as any, lat, lat, T, c.rmsEps);
-    this.mm(lw.t(`${p}.routed_expert_up_proj.weight`).ptr, b.y!.ptr, b.m!.ptr, E, lat, T);
+      for (let r = 0; r < K; r++) k.k3_axpy(at(b.y.ptr, t * lat * F), wv[t * K + r]!, at(b.yall.ptr, (t * K + r) * lat * F), lat);
+    k.k3_rmsnorm_bf16w(b.y.ptr, lat, lw.t(`${p}.routed_expert_norm.weight`).ptr, b.y.ptr, lat, lat, T, c.rmsEps);
+    this.mm(lw.t(`${p}.routed_expert_up_proj.weight`).ptr, b.y.ptr, b.m.ptr, E, lat, T);
     // m = routed + shared (shared computed above while the expert reads were in flight)
-    k.k3_add(b.m!.ptr as any, b.sh_d!.ptr as any, T * E);
+    k.k3_add(b.m.ptr, b.sh_d.ptr, T * E);
   }
 
   free(): void {

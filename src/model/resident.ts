@@ -4,12 +4,13 @@
 import { closeSync, openSync, readSync } from "node:fs";
 import { toArrayBuffer } from "bun:ffi";
 import { K3Error } from "../errors.ts";
+import { LM_HEAD_NAME, LM_MODEL_PREFIX } from "../checkpoint/shapes.ts";
 import type { ModelConfig, TensorEntry } from "../checkpoint/types.ts";
 import type { Kernels } from "../kernels.ts";
-import { CBuffers } from "./cmem.ts";
+import { at, CBuffers, type Addr } from "./cmem.ts";
 import { zeroStats, type ExpertRef, type LayerRef, type TensorRef, type WeightProvider, type WeightStats } from "./weights.ts";
 
-const LM = "language_model.model.";
+const LM = LM_MODEL_PREFIX;
 
 export class ResidentWeights implements WeightProvider {
   private mem: CBuffers;
@@ -31,7 +32,7 @@ export class ResidentWeights implements WeightProvider {
         const buf = this.mem.alloc(te.bytes, name);
         let fd = fds.get(te.file);
         if (fd === undefined) fds.set(te.file, (fd = openSync(te.file, "r")));
-        const view = new Uint8Array(toArrayBuffer(buf.ptr as any, 0, te.bytes));
+        const view = new Uint8Array(toArrayBuffer(buf.ptr, 0, te.bytes));
         let done = 0;
         while (done < te.bytes) {
           const n = readSync(fd, view, done, te.bytes - done, te.offset + done);
@@ -61,15 +62,15 @@ export class ResidentWeights implements WeightProvider {
     return r;
   }
 
-  embedRow(id: number, dst: number): void {
+  embedRow(id: number, dst: Addr): void {
     const emb = this.ref(`${LM}embed_tokens.weight`);
     const E = this.cfg.hidden;
-    this.k.k3_bf16_to_f32((emb.ptr + id * E * 2) as any, dst as any, E);
+    this.k.k3_bf16_to_f32(at(emb.ptr, id * E * 2), dst, E);
   }
 
   head() {
     return {
-      lmHead: this.ref("language_model.lm_head.weight"),
+      lmHead: this.ref(LM_HEAD_NAME),
       norm: this.ref(`${LM}norm.weight`),
       outResProj: this.ref(`${LM}output_attn_res_proj.weight`),
       outResNorm: this.ref(`${LM}output_attn_res_norm.weight`),
@@ -107,6 +108,11 @@ export class ResidentWeights implements WeightProvider {
 
   releaseExperts(_L: number): void {
     this.pending = [];
+  }
+
+  /** C memory this provider holds (every language-model tensor). */
+  get allocatedBytes(): number {
+    return this.mem.totalBytes;
   }
 
   stats(): WeightStats {

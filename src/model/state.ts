@@ -1,11 +1,13 @@
 // Per-sequence state (MODEL.md §6): what persists between forward calls so that decoding one
 // token equals recomputing the whole prefix.
-//   KDA layer: S [H][D][D] f32 (key × value), conv history for q, k, v: [3][P] each (oldest first).
+//   KDA layer: S [H][D][D] f32 (key × value), conv history for q, k, v: [width − 1][P] each
+//   (oldest first).
 //   MLA layer: latent cache [maxContext][R + dr] f32 rows = [RMSNorm(c_kv) | k_rope].
 //   AttnRes: nothing (the bank is rebuilt from the current token's own values every step).
 import { K3Error } from "../errors.ts";
 import type { ModelConfig } from "../checkpoint/types.ts";
 import type { Kernels } from "../kernels.ts";
+import { KDA_STATE, mlaCacheElements } from "./buffers.ts";
 import { CBuffers, type CBuf } from "./cmem.ts";
 
 export interface KdaState {
@@ -36,19 +38,25 @@ export class SessionState {
     if (!Number.isInteger(maxContext) || maxContext < 1)
       throw new K3Error("USAGE", `context limit must be a positive integer, got ${maxContext}`);
     this.mem = new CBuffers(k);
-    const P = cfg.kdaHeads * cfg.kdaHeadDim;
-    cfg.layerKinds.forEach((kind, L) => {
-      if (kind === "kda") {
-        this.kda[L] = {
-          S: this.mem.floats(cfg.kdaHeads * cfg.kdaHeadDim * cfg.kdaHeadDim, `KDA state L${L}`),
-          convQ: this.mem.floats(3 * P, `q conv history L${L}`),
-          convK: this.mem.floats(3 * P, `k conv history L${L}`),
-          convV: this.mem.floats(3 * P, `v conv history L${L}`),
-        };
-      } else {
-        this.mla[L] = { cache: this.mem.floats(maxContext * (cfg.kvLoraRank + cfg.qkRope), `MLA cache L${L}`) };
-      }
-    });
+    // Sizes from the table the planner sums (src/model/buffers.ts).
+    const f = (n: number, what: string) => this.mem.floats(n, what);
+    try {
+      cfg.layerKinds.forEach((kind, L) => {
+        if (kind === "kda") {
+          this.kda[L] = {
+            S: f(KDA_STATE.S(cfg), `KDA state L${L}`),
+            convQ: f(KDA_STATE.convQ(cfg), `q conv history L${L}`),
+            convK: f(KDA_STATE.convK(cfg), `k conv history L${L}`),
+            convV: f(KDA_STATE.convV(cfg), `v conv history L${L}`),
+          };
+        } else {
+          this.mla[L] = { cache: f(mlaCacheElements(cfg, maxContext), `MLA cache L${L}`) };
+        }
+      });
+    } catch (err) {
+      this.mem.free();
+      throw err;
+    }
   }
 
   /** All state buffers in a fixed order (for saving / loading sessions). */

@@ -3,10 +3,11 @@
 // (src/memory/). Both hand out raw C addresses (numbers) that stay valid between acquire and
 // release; kernels read straight from them.
 import type { DType } from "../checkpoint/types.ts";
+import type { Addr } from "./cmem.ts";
 
-/** A tensor in C memory: raw address (48-bit number), dtype and shape as in the checkpoint. */
+/** A tensor in C memory: raw address, dtype and shape as in the checkpoint. */
 export interface TensorRef {
-  ptr: number;
+  ptr: Addr;
   dtype: DType;
   shape: number[];
   bytes: number;
@@ -14,12 +15,12 @@ export interface TensorRef {
 
 /** The six tensors of one routed expert (MXFP4: packed nibbles + E8M0 scales). */
 export interface ExpertRef {
-  w1p: number; // gate  [moeInter][latent/2]
-  w1s: number; //       [moeInter][latent/32]
-  w2p: number; // down  [latent][moeInter/2]
-  w2s: number; //       [latent][moeInter/32]
-  w3p: number; // up    [moeInter][latent/2]
-  w3s: number; //       [moeInter][latent/32]
+  w1p: Addr; // gate  [moeInter][latent/2]
+  w1s: Addr; //       [moeInter][latent/32]
+  w2p: Addr; // down  [latent][moeInter/2]
+  w2s: Addr; //       [latent][moeInter/32]
+  w3p: Addr; // up    [moeInter][latent/2]
+  w3s: Addr; //       [moeInter][latent/32]
 }
 
 /** Non-expert tensors of one layer, by name below `layers.L.` (e.g. "self_attn.q_proj.weight"). */
@@ -49,7 +50,7 @@ export function zeroStats(directIo: boolean): WeightStats {
 
 export interface WeightProvider {
   /** Embedding row of token `id` as f32 into dst (E floats). */
-  embedRow(id: number, dst: number): void;
+  embedRow(id: number, dst: Addr): void;
   /** lm_head, final norm, output AttnRes mix tensors (resident or streamed like a layer). */
   head(): { lmHead: TensorRef; norm: TensorRef; outResProj: TensorRef; outResNorm: TensorRef };
   /** Blocks until layer L's non-expert tensors are in memory; may start reading layer L+1. */
@@ -73,5 +74,9 @@ export interface WeightProvider {
   /** Optional: whether the pass about to run ends with the head (false for non-final prefill chunks). */
   setHeadNext?(yes: boolean): void;
   stats(): WeightStats;
+  /** C memory the provider holds (what the planner's weight items must cover). */
+  readonly allocatedBytes: number;
+  /** Threads of the I/O pool the provider reads with (none for an all-resident provider). */
+  readonly ioThreads?: number;
   close(): void;
 }

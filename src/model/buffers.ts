@@ -1,0 +1,125 @@
+// What the model allocates in C memory, declared once: the forward pass's scratch buffers and one
+// session's state. The model allocates from these tables and the planner (src/memory/plan.ts)
+// sums them, so the plan's "scratch", "KDA state" and "MLA cache" figures are what the model
+// really takes (test/plan-allocations.test.ts checks it for every preset and chunk size).
+//
+// Every buffer holds 4-byte elements (f32, or i32 for router ids). A per-row buffer of width n is
+// [rows][n]: row t starts at t·n. The shape is a parameter, not a constant of the model:
+//   rows      tokens in one forward pass (the prefill chunk; 1 for decode). Rows are independent
+//             in every kernel (k3.h), so rows may come from different sessions;
+//   logitRows rows whose final mix, norm and lm_head are computed (1: the last row only);
+//   context   positions the MLA cache holds.
+import type { ModelConfig } from "../checkpoint/types.ts";
+import { loadKernels } from "../kernels.ts";
+import { allocationBytes, type CBuf, type CBuffers } from "./cmem.ts";
+
+export interface ForwardShape {
+  rows: number;
+  logitRows: number;
+  context: number;
+}
+
+type Elements = (c: ModelConfig, s: ForwardShape) => number;
+interface Spec {
+  elements: Elements;
+  i32?: true;
+}
+
+const kdaWidth = (c: ModelConfig) => c.kdaHeads * c.kdaHeadDim;
+/** AttnRes block snapshots a pass can hold (the running sum P is the extra source). */
+export const bankSlots = (c: ModelConfig) => Math.ceil(c.numLayers / c.attnResBlock);
+const perRow = (n: (c: ModelConfig) => number): Spec => ({ elements: (c, s) => s.rows * n(c) });
+const perLogitRow = (n: (c: ModelConfig) => number): Spec => ({ elements: (c, s) => s.logitRows * n(c) });
+
+/** The forward pass's scratch (src/model/forward.ts), in allocation order. */
+export const FORWARD_BUFFERS = {
+  // residual stream and AttnRes
+  P: perRow((c) => c.hidden), // running sum of the current block
+  bank: perRow((c) => bankSlots(c) * c.hidden), // [bankSlots][rows][E] block snapshots
+  h: perRow((c) => c.hidden), // AttnRes mix (layer input)
+  xn: perRow((c) => c.hidden), // normed h
+  a: perRow((c) => c.hidden), // attention output
+  m: perRow((c) => c.hidden), // FFN output
+  // KDA
+  kda_q: perRow(kdaWidth),
+  kda_k: perRow(kdaWidth),
+  kda_v: perRow(kdaWidth),
+  kda_g: perRow(kdaWidth), // decay gate
+  kda_gp: perRow(kdaWidth), // output gate
+  kda_o: perRow(kdaWidth),
+  kda_fa: perRow((c) => c.kdaHeadDim), // f_a projection
+  kda_beta: perRow((c) => c.kdaHeads),
+  // MLA
+  mla_qa: perRow((c) => c.qLoraRank),
+  mla_q: perRow((c) => c.mlaHeads * (c.qkNope + c.qkRope)),
+  mla_c: perRow((c) => c.kvLoraRank + c.qkRope), // [c_kv | k_rope] before the norm
+  mla_o: perRow((c) => c.mlaHeads * c.vHead),
+  mla_gate: perRow((c) => c.mlaHeads * c.vHead),
+  mla_scratch: { elements: (c, s) => Number(loadKernels().k3_mla_scratch_floats(c.kvLoraRank, s.context)) },
+  // dense FFN (layers before first_k_dense_replace; none when there are none)
+  dense_g: perRow((c) => (c.firstKDense > 0 ? c.denseInter : 0)),
+  dense_u: perRow((c) => (c.firstKDense > 0 ? c.denseInter : 0)),
+  // shared experts
+  sh_g: perRow((c) => c.numSharedExperts * c.moeInter),
+  sh_u: perRow((c) => c.numSharedExperts * c.moeInter),
+  sh_d: perRow((c) => c.hidden),
+  // router
+  router_logits: perRow((c) => c.numExperts),
+  router_idx: { ...perRow((c) => c.topK), i32: true },
+  router_w: perRow((c) => c.topK),
+  // routed experts (latent space): one expert runs on at most `rows` rows at a time
+  z: perRow((c) => c.latent), // routed_expert_down_proj · x
+  xe: perRow((c) => c.latent), // the rows one expert serves, gathered
+  ge: perRow((c) => c.moeInter),
+  ue: perRow((c) => c.moeInter),
+  ye: perRow((c) => c.latent),
+  yall: perRow((c) => c.topK * c.latent), // [rows][topK][latent]: each expert's output by rank
+  y: perRow((c) => c.latent), // Σ_rank w·y_e
+  // final mix, norm, lm_head (logit rows only)
+  final_bank: perLogitRow((c) => bankSlots(c) * c.hidden),
+  final_h: perLogitRow((c) => c.hidden),
+  final_x: perLogitRow((c) => c.hidden),
+  logits: perLogitRow((c) => c.vocab),
+} satisfies Record<string, Spec>;
+
+export type ForwardBufferName = keyof typeof FORWARD_BUFFERS;
+export type ForwardBuffers = { readonly [K in ForwardBufferName]: CBuf };
+
+/** Bytes of one buffer as the model asks for it. */
+const specBytes = (spec: Spec, cfg: ModelConfig, shape: ForwardShape) => 4 * spec.elements(cfg, shape);
+
+export function allocForwardBuffers(mem: CBuffers, cfg: ModelConfig, shape: ForwardShape): ForwardBuffers {
+  const out: Partial<Record<ForwardBufferName, CBuf>> = {};
+  for (const [name, spec] of Object.entries(FORWARD_BUFFERS) as [ForwardBufferName, Spec][]) out[name] = mem.alloc(specBytes(spec, cfg, shape), name);
+  return out as ForwardBuffers;
+}
+
+/** Bytes allocForwardBuffers takes (allocation granularity included). */
+export function forwardBufferBytes(cfg: ModelConfig, shape: ForwardShape): number {
+  let total = 0;
+  for (const spec of Object.values(FORWARD_BUFFERS) as Spec[]) total += allocationBytes(specBytes(spec, cfg, shape));
+  return total;
+}
+
+// ---- per-session state (src/model/state.ts; MODEL.md §6) ----
+
+/** One KDA layer: S [H][D][D] (key × value) and the conv history of q, k, v: [width − 1][P] each. */
+export const KDA_STATE = {
+  S: (c: ModelConfig) => c.kdaHeads * c.kdaHeadDim * c.kdaHeadDim,
+  convQ: (c: ModelConfig) => (c.convKernel - 1) * kdaWidth(c),
+  convK: (c: ModelConfig) => (c.convKernel - 1) * kdaWidth(c),
+  convV: (c: ModelConfig) => (c.convKernel - 1) * kdaWidth(c),
+} as const;
+
+/** One MLA layer's latent cache: [context][kv_lora_rank + qk_rope] rows of [RMSNorm(c_kv) | k_rope]. */
+export const mlaCacheElements = (c: ModelConfig, context: number) => context * (c.kvLoraRank + c.qkRope);
+
+/** Bytes of one KDA layer's state as allocated. */
+export function kdaStateBytes(cfg: ModelConfig): number {
+  return Object.values(KDA_STATE).reduce((a, n) => a + allocationBytes(4 * n(cfg)), 0);
+}
+
+/** Bytes of one MLA layer's cache as allocated. */
+export function mlaCacheBytes(cfg: ModelConfig, context: number): number {
+  return allocationBytes(4 * mlaCacheElements(cfg, context));
+}
