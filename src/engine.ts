@@ -1,5 +1,6 @@
-// The public API: open a model under a budget, hold sessions, generate, report stats.
-// The CLI and the server use only this module (test/layers.test.ts checks the imports).
+// The public API: open a model under a budget, hold sessions, generate, report stats, verify a
+// model. The CLI and the server use only this module, plus src/inspect.ts for inspection without
+// weights (test/layers.test.ts checks the imports).
 import { existsSync } from "node:fs";
 import { basename, join, resolve } from "node:path";
 import { openCheckpoint, type Checkpoint } from "./checkpoint/catalogue.ts";
@@ -30,16 +31,6 @@ export { AssistantStreamParser, parseAssistantOutput, type AssistantOutput, type
 export { createSampler, type SamplerOptions } from "./text/sampling.ts";
 export { StopMatcher } from "./text/stop.ts";
 export { deeperThan, MAX_JSON_DEPTH } from "./text/json-depth.ts";
-// Inspection without loading weights (`k3 info`, `k3 plan`, `k3 simulate-cache`).
-export { describeCheckpoint, describeMetadata, renderInfo } from "./checkpoint/describe.ts";
-export { catalogueFromMetadata, openCheckpoint } from "./checkpoint/catalogue.ts";
-export { openCheckpointCached } from "./checkpoint/index-cache.ts";
-export { computeCensus } from "./checkpoint/census.ts";
-export { DEFAULT_CONTEXT, planInputFromCensus, planMemory, type MemoryPlan } from "./memory/plan.ts";
-export { gib, PRESETS, resolveBudget } from "./memory/ram.ts";
-export { ALL_POLICIES, isPolicyName, nextUseTable } from "./memory/policy/index.ts";
-export { parseSlotList, simulateCache, type SimResult } from "./memory/simulate.ts";
-export { parseTrace, traceKeys } from "./memory/trace.ts";
 
 export interface EngineOptions {
   /** RAM budget preset: laptop | desktop | workstation | server | auto (default auto). */

@@ -3,7 +3,7 @@
 // every failure is a thrown K3Error that main.ts maps to an exit status.
 import { defineCommand } from "citty";
 import { K3Error } from "../../errors.ts";
-import { describeCheckpoint, describeMetadata, renderInfo } from "../../engine.ts";
+import { describeCheckpoint, describeMetadata, renderInfo } from "../../inspect.ts";
 
 export default defineCommand({
   meta: { name: "info", description: "Describe a checkpoint: architecture, layer map, byte census, layout" },

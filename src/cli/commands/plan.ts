@@ -3,7 +3,7 @@
 import { defineCommand } from "citty";
 import { availableParallelism } from "node:os";
 import { K3Error } from "../../errors.ts";
-import { catalogueFromMetadata, openCheckpointCached, computeCensus, DEFAULT_CONTEXT, planMemory, planInputFromCensus, type MemoryPlan, gib, PRESETS, resolveBudget } from "../../engine.ts";
+import { catalogueFromMetadata, openCheckpointCached, computeCensus, DEFAULT_CONTEXT, planMemory, planInputFromCensus, type MemoryPlan, gib, PRESETS, resolveBudget } from "../../inspect.ts";
 import { positiveInt } from "../common.ts";
 
 

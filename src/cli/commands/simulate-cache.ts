@@ -3,7 +3,7 @@
 import { defineCommand } from "citty";
 import { readFileSync } from "node:fs";
 import { K3Error } from "../../errors.ts";
-import { ALL_POLICIES, isPolicyName, nextUseTable, parseSlotList, simulateCache, type SimResult, parseTrace, traceKeys } from "../../engine.ts";
+import { ALL_POLICIES, isPolicyName, nextUseTable, parseSlotList, simulateCache, type SimResult, parseTrace, traceKeys } from "../../inspect.ts";
 
 export default defineCommand({
   meta: { name: "simulate-cache", description: "Replay a routing trace (JSONL) through expert-cache policies; print hit rates" },

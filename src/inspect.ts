@@ -1,0 +1,13 @@
+// Inspection without loading weights: what `k3 info`, `k3 plan` and `k3 simulate-cache` (and
+// tools and benchmarks) need from the layers below the engine. Kept apart from src/engine.ts so
+// that the engine's API stays what a library user reads in one sitting.
+export { describeCheckpoint, describeMetadata, renderInfo } from "./checkpoint/describe.ts";
+export { catalogueFromMetadata, openCheckpoint } from "./checkpoint/catalogue.ts";
+export { openCheckpointCached } from "./checkpoint/index-cache.ts";
+export { computeCensus } from "./checkpoint/census.ts";
+export { DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, planInputFromCensus, planMemory, type MemoryPlan, type PlanInput, type StreamSlots } from "./memory/plan.ts";
+export { streamSlots } from "./memory/slots.ts";
+export { gib, PRESETS, resolveBudget } from "./memory/ram.ts";
+export { ALL_POLICIES, isPolicyName, nextUseTable } from "./memory/policy/index.ts";
+export { parseSlotList, simulateCache, type SimResult } from "./memory/simulate.ts";
+export { parseTrace, traceKeys } from "./memory/trace.ts";
