@@ -1,0 +1,126 @@
+// What Engine.open refuses, and what it reports, before any weight is read (issue 9 items 13, 14;
+// issue 17 item 7):
+//  - compute and I/O thread counts outside the kernels' limits are usage errors (exit 2), not
+//    internal ones; the default on a machine with more hardware threads than the pool takes is
+//    the pool's limit, and stats say so;
+//  - a budget above this machine's usable RAM is refused unless allowOverRam;
+//  - the I/O pool is process-wide: a later engine that asks for another size is refused (one that
+//    does not ask joins it), and each engine counts its own reads and I/O wait.
+import { afterEach, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { Engine } from "../src/engine.ts";
+import { K3Error } from "../src/errors.ts";
+import { openCheckpoint } from "../src/checkpoint/catalogue.ts";
+import { floorBytes, planInputFromCensus } from "../src/memory/plan.ts";
+import { PRESETS, usableRam } from "../src/memory/ram.ts";
+import { streamSlots } from "../src/memory/slots.ts";
+import { tinyModel } from "./helpers/models.ts";
+
+setDefaultTimeout(120_000);
+const CLI = [process.execPath, "src/cli/main.ts"];
+
+let dir = "";
+beforeAll(async () => {
+  dir = await tinyModel("tiny-a");
+});
+
+function refusal(f: () => unknown): K3Error {
+  try {
+    f();
+  } catch (err) {
+    if (err instanceof K3Error) return err;
+    throw err;
+  }
+  throw new Error("not refused");
+}
+
+function k3(args: string[]) {
+  const p = Bun.spawnSync([...CLI, ...args], { stdin: "ignore", env: { ...process.env, NO_COLOR: "1" } });
+  return { code: p.exitCode, err: p.stderr.toString() };
+}
+
+describe("thread counts", () => {
+  test("--threads past the pool's limit (or below 1) is a usage error naming the limit", () => {
+    for (const threads of [65, 1000, 0]) {
+      const err = refusal(() => Engine.open(dir, { threads }));
+      expect(err.code).toBe("USAGE");
+      expect(err.message).toContain("from 1 to 64");
+    }
+    const r = k3(["run", dir, "--ids", "1,2", "--gen", "1", "--threads", "1000"]);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain("--threads must be an integer from 1 to 64");
+  });
+
+  test("--io-threads outside 1..256 is a usage error (exit 2)", () => {
+    expect(refusal(() => Engine.open(dir, { threads: 1, ioThreads: 100000 })).code).toBe("USAGE");
+    const r = k3(["run", dir, "--ids", "1,2", "--gen", "1", "--threads", "1", "--io-threads", "100000"]);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain("--io-threads must be an integer from 1 to 256");
+  });
+
+  describe("more hardware threads than the pool takes", () => {
+    const real = Object.getOwnPropertyDescriptor(navigator, "hardwareConcurrency");
+    afterEach(() => {
+      if (real) Object.defineProperty(navigator, "hardwareConcurrency", real);
+      else delete (navigator as { hardwareConcurrency?: number }).hardwareConcurrency;
+    });
+    test("128 hardware threads: the default is the pool's 64, and stats say why", () => {
+      Object.defineProperty(navigator, "hardwareConcurrency", { value: 128, configurable: true });
+      const e = Engine.open(dir, { resident: true });
+      try {
+        expect(e.threads).toBe(64);
+        const s = e.stats();
+        expect({ threads: s.threads, hardwareThreads: s.hardwareThreads, limit: s.limit }).toEqual({ threads: 64, hardwareThreads: 128, limit: 64 });
+      } finally {
+        e.close();
+      }
+    });
+  });
+});
+
+describe("budget above usable RAM", () => {
+  test("refused at open, naming both figures; allowOverRam opens anyway", () => {
+    const usable = usableRam().bytes;
+    const ram = String(usable * 2);
+    const err = refusal(() => Engine.open(dir, { ram, threads: 1 }));
+    expect(err.code).toBe("BUDGET");
+    expect(err.message).toMatch(/is more than this machine's usable RAM .* it would swap/);
+    const e = Engine.open(dir, { ram, threads: 1, allowOverRam: true });
+    e.close();
+    // A preset is a budget like any other (the server preset is 224 GiB).
+    if (usable < PRESETS.server!) expect(refusal(() => Engine.open(dir, { preset: "server", threads: 1 })).code).toBe("BUDGET");
+  });
+});
+
+describe("the I/O pool is shared by every engine in the process", () => {
+  test("a second engine asking for another I/O pool size is refused; one that does not ask joins it", () => {
+    const a = Engine.open(dir, { threads: 1 });
+    try {
+      const running = a.stats().ioThreads;
+      expect(running).toBeGreaterThanOrEqual(1);
+      const err = refusal(() => Engine.open(dir, { threads: 1, ioThreads: running + 1 }));
+      expect(err.code).toBe("USAGE");
+      expect(err.message).toContain(`already runs ${running} threads`);
+      const same = Engine.open(dir, { threads: 1, ioThreads: running });
+      same.close();
+    } finally {
+      a.close();
+    }
+  });
+
+  test("each engine counts its own reads and I/O wait", () => {
+    const ck = openCheckpoint(dir);
+    const ram = String(floorBytes(planInputFromCensus(ck.config, ck.layout.census, 0, 4096, 1, 32, streamSlots(ck)), 32)); // nothing pinned: open reads nothing
+    const a = Engine.open(dir, { ram, threads: 1 });
+    const b = Engine.open(dir, { ram, threads: 1 });
+    try {
+      for (const _ of a.generate(a.createSession(), [5, 17, 300], { maxTokens: 4 }));
+      expect(a.stats().reads).toBeGreaterThan(0);
+      expect(a.stats().ioWaitMs).toBeGreaterThan(0);
+      expect(b.stats().reads).toBe(0);
+      expect(b.stats().ioWaitMs).toBe(0);
+    } finally {
+      a.close();
+      b.close();
+    }
+  });
+});
