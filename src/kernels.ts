@@ -7,11 +7,12 @@
 //  1. $K3_KERNELS (a path) — run the suite against another build;
 //  2. the embedded file: under `bun run`/`bun test` a real path in zig-out/, in the compiled
 //     binary `/$bunfs/root/…`, which bun extracts to $TMPDIR itself;
-//  3. if that extraction cannot be mapped (noexec $TMPDIR), a copy in ~/.cache/k3/.
+//  3. if that extraction cannot be mapped (noexec $TMPDIR), a copy in k3's cache folder
+//     (src/cache-dir.ts: $XDG_CACHE_HOME/k3, else ~/.cache/k3).
 import { dlopen, FFIType, suffix } from "bun:ffi";
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
-import { homedir } from "node:os";
+import { existsSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { ensureCacheDir } from "./cache-dir.ts";
 import embeddedLib from "../zig-out/lib/libkernels.so" with { type: "file" };
 
 const { ptr, i32, i64, i64_fast, u32, f32, cstring, void: v } = FFIType;
@@ -138,10 +139,9 @@ function open() {
     if (!embeddedLib.startsWith("/$bunfs/")) throw err;
     // noexec $TMPDIR: bun's own extraction cannot be mapped; keep a copy in the user's cache.
     const bytes = readFileSync(embeddedLib);
-    const dir = join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "k3");
+    const dir = ensureCacheDir("");
     const path = join(dir, `libkernels-${Bun.hash(bytes).toString(16)}.${suffix}`);
     if (!existsSync(path)) {
-      mkdirSync(dir, { recursive: true });
       const tmp = `${path}.${process.pid}.tmp`;
       writeFileSync(tmp, bytes, { mode: 0o755 });
       renameSync(tmp, path);

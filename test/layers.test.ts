@@ -26,16 +26,17 @@ function imports(file: string): string[] {
 
 /** layer → path prefixes it may import (besides itself). */
 const ALLOWED: Record<string, string[]> = {
-  "src/kernels.ts": ["zig-out/"],
-  "src/checkpoint/": ["src/errors.ts", "src/log.ts"],
+  "src/cache-dir.ts": ["src/errors.ts"], // below everything: where k3 keeps its own files
+  "src/kernels.ts": ["zig-out/", "src/cache-dir.ts"],
+  "src/checkpoint/": ["src/errors.ts", "src/log.ts", "src/cache-dir.ts"],
   "src/text/": ["src/errors.ts", "src/log.ts"],
   "src/model/": ["src/kernels.ts", "src/checkpoint/", "src/errors.ts", "src/log.ts"],
-  "src/memory/": ["src/kernels.ts", "src/checkpoint/", "src/model/cmem.ts", "src/model/weights.ts", "src/model/buffers.ts", "src/errors.ts", "src/log.ts"],
+  "src/memory/": ["src/kernels.ts", "src/checkpoint/", "src/model/cmem.ts", "src/model/weights.ts", "src/model/buffers.ts", "src/errors.ts", "src/log.ts", "src/cache-dir.ts"],
   "src/engine.ts": ["src/kernels.ts", "src/checkpoint/", "src/model/", "src/memory/", "src/text/", "src/errors.ts", "src/log.ts"],
   "src/inspect.ts": ["src/checkpoint/", "src/memory/", "src/errors.ts", "src/log.ts"],
   "src/conversation.ts": ["src/engine.ts", "src/errors.ts", "src/log.ts"],
   "src/server/": ["src/engine.ts", "src/conversation.ts", "src/errors.ts", "src/log.ts", "src/version.ts"],
-  "src/cli/": ["src/engine.ts", "src/inspect.ts", "src/conversation.ts", "src/server/", "src/errors.ts", "src/log.ts", "src/version.ts", "tools/gen/"],
+  "src/cli/": ["src/engine.ts", "src/inspect.ts", "src/conversation.ts", "src/server/", "src/errors.ts", "src/log.ts", "src/version.ts", "src/cache-dir.ts", "tools/gen/"],
   "tools/reference/": ["tools/gen/"], // test models only; nothing from src/ or kernels/
 };
 

@@ -7,9 +7,9 @@
 // written into a fresh temp folder beside it and renamed into place (rename is atomic on one
 // filesystem), so two processes starting at once both generate, one rename wins, the loser
 // deletes its copy, and neither can see a half-written model.
-import { existsSync, mkdirSync, mkdtempSync, renameSync, rmSync } from "node:fs";
-import { homedir } from "node:os";
+import { existsSync, mkdtempSync, renameSync, rmSync } from "node:fs";
 import { join } from "node:path";
+import { cachePath, ensureCacheDir } from "../cache-dir.ts";
 import { log } from "../log.ts";
 import { VERSION } from "../version.ts";
 
@@ -17,14 +17,8 @@ export const DEMO_PRESET = "demo";
 /** Same seed forever: the demo's text is part of what users (and tests) see. */
 export const DEMO_SEED = 1;
 
-/** The cache root: $XDG_CACHE_HOME/k3, else ~/.cache/k3 (read at the edge, here, once per call). */
-export function cacheRoot(env: NodeJS.ProcessEnv = process.env): string {
-  const xdg = env.XDG_CACHE_HOME;
-  return join(xdg && xdg !== "" ? xdg : join(env.HOME || homedir(), ".cache"), "k3");
-}
-
 export function demoDir(env: NodeJS.ProcessEnv = process.env): string {
-  return join(cacheRoot(env), `demo-${VERSION}`);
+  return cachePath(`demo-${VERSION}`, env);
 }
 
 /** Model directory to open: the argument, else $K3_MODEL, else the demo model (made if missing). */
@@ -38,8 +32,7 @@ export async function ensureDemoModel(env: NodeJS.ProcessEnv = process.env): Pro
   const dir = demoDir(env);
   log.warn(`no model given (argument or $K3_MODEL): using the built-in demo model in ${dir} — its weights are RANDOM, so its text is gibberish`);
   if (existsSync(join(dir, "config.json"))) return dir;
-  const root = cacheRoot(env);
-  mkdirSync(root, { recursive: true });
+  const root = ensureCacheDir("", env); // a clear error (set XDG_CACHE_HOME) when it cannot be made
   const tmp = mkdtempSync(join(root, `.demo-${VERSION}-tmp-`));
   try {
     // Loaded only here: the generator (and its bundled BPE table) is not needed by other commands.
