@@ -3,7 +3,7 @@
 import { describe, expect, test } from "bun:test";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { parseConfig, readConfig } from "../src/checkpoint/config.ts";
+import { CONFIG_BOUNDS, parseConfig, readConfig } from "../src/checkpoint/config.ts";
 import { catchK3, tempDir, tinyConfigJson } from "./helpers/checkpoint-fixture.ts";
 
 const RELEASE_CONFIG = join(import.meta.dir, "../reference/k3/config.json");
@@ -144,5 +144,60 @@ describe("corrupt values are problems, never crashes", () => {
     expect(err.code).toBe("CONFIG");
     expect(err.problems.some((p) => p.includes("config_groups") && p.includes("null"))).toBe(true);
     expect(err.problems.some((p) => p.includes("num_hidden_layers") && p.includes("implausible"))).toBe(true);
+  });
+});
+
+describe("every dimension is bounded, named by its JSON path (issue 9 item 6)", () => {
+  // Each integer field with the bound it must not exceed: one past it is refused by name.
+  const B = CONFIG_BOUNDS;
+  const fields: [string, number][] = [
+    ["text_config.hidden_size", B.hidden], ["text_config.num_hidden_layers", B.layers],
+    ["text_config.vocab_size", B.vocab], ["text_config.max_position_embeddings", B.positions],
+    ["text_config.attn_res_block_size", B.layers], ["text_config.first_k_dense_replace", B.layers],
+    ["text_config.intermediate_size", B.denseInter], ["text_config.num_experts", B.experts],
+    ["text_config.num_experts_per_token", B.experts], ["text_config.num_shared_experts", B.sharedExperts],
+    ["text_config.moe_intermediate_size", B.expertDim], ["text_config.routed_expert_hidden_size", B.expertDim],
+    ["text_config.num_attention_heads", B.heads], ["text_config.q_lora_rank", B.rank], ["text_config.kv_lora_rank", B.rank],
+    ["text_config.qk_nope_head_dim", B.headDim], ["text_config.qk_rope_head_dim", B.headDim], ["text_config.v_head_dim", B.headDim],
+    ["text_config.linear_attn_config.num_heads", B.heads], ["text_config.linear_attn_config.head_dim", B.headDim],
+    ["text_config.linear_attn_config.short_conv_kernel_size", B.convKernel],
+    ["bos_token_id", B.vocab - 1], ["eos_token_id", B.vocab - 1], ["pad_token_id", B.vocab - 1],
+  ];
+  const set = (j: any, path: string, v: unknown) => {
+    const keys = path.split(".");
+    let o = j;
+    for (const k of keys.slice(0, -1)) o = o[k];
+    o[keys.at(-1)!] = v;
+  };
+  for (const [path, max] of fields)
+    test(`${path} above ${max} is refused`, () => {
+      const p = problemsOf((j) => set(j, path, max + 1));
+      expect(p.some((x) => x.startsWith(`${path}: ${max + 1} is implausible`))).toBe(true);
+    });
+  test("num_experts 1e6 is refused before any tensor list is built (it once took 9 GB)", () => {
+    expect(problemsOf((j) => (j.text_config.num_experts = 1e6))).toContainEqual(expect.stringContaining("text_config.num_experts: 1000000 is implausible"));
+  });
+  test("routed experts (MoE layers × num_experts) are bounded together", () => {
+    const p = problemsOf((j) => {
+      j.text_config.num_experts = B.experts; // within its own bound; 5 MoE layers × 65536 is not
+      j.text_config.num_hidden_layers = 6;
+      j.text_config.linear_attn_config.full_attn_layers = [4, 5, 6];
+    });
+    expect(p).toEqual([expect.stringContaining(`text_config.num_experts: ${B.experts} experts × 5 MoE layers = ${5 * B.experts} routed experts is implausible`)]);
+  });
+  test("max_position_embeddings 0 and missing are refused", () => {
+    expect(problemsOf((j) => (j.text_config.max_position_embeddings = 0))).toEqual([expect.stringContaining("text_config.max_position_embeddings: expected an integer from 1")]);
+    expect(problemsOf((j) => delete j.text_config.max_position_embeddings)).toEqual([expect.stringContaining("text_config.max_position_embeddings: missing")]);
+  });
+  test("an eos/bos/pad id outside the vocabulary is refused; text_config's copy must agree", () => {
+    expect(problemsOf((j) => (j.eos_token_id = 12))).toEqual(["eos_token_id: 12 is outside the vocabulary (vocab_size 12: ids 0..11)"]);
+    expect(problemsOf((j) => (j.pad_token_id = 99))).toEqual([expect.stringContaining("pad_token_id: 99 is outside the vocabulary")]);
+    expect(problemsOf((j) => (j.text_config.eos_token_id = 5))).toEqual([expect.stringContaining("text_config.eos_token_id: number 5 disagrees with the top-level eos_token_id number 2")]);
+    const ok = tinyConfigJson();
+    ok.text_config.eos_token_id = 2;
+    expect(parseConfig(ok, "x").eosTokenId).toBe(2);
+  });
+  test("moe_renormalize false is refused (the router always renormalises; issue 17 item 3)", () => {
+    expect(problemsOf((j) => (j.text_config.moe_renormalize = false))).toEqual([expect.stringContaining("text_config.moe_renormalize: false is not supported (expected true: the router always renormalises")]);
   });
 });

@@ -3,7 +3,7 @@
 import { describe, expect, test } from "bun:test";
 import { cpSync, mkdirSync, readdirSync, utimesSync } from "node:fs";
 import { join } from "node:path";
-import { openCheckpointCached, INDEX_CACHE_FILE } from "../src/checkpoint/index-cache.ts";
+import { openCheckpointCached, INDEX_CACHE_FILE, INDEX_CACHE_FORMAT } from "../src/checkpoint/index-cache.ts";
 import { scratchDir, tinyModel } from "./helpers/models.ts";
 
 async function fresh(name: string): Promise<string> {
@@ -59,7 +59,7 @@ describe("a damaged cache file", () => {
   test("valid JSON with missing fields costs a re-read, never the run", async () => {
     const d = await fresh("idx-damaged");
     const { writeFileSync } = await import("node:fs");
-    writeFileSync(join(d, INDEX_CACHE_FILE), JSON.stringify({ format: "k3-index-1", root: d, index: "x" }));
+    writeFileSync(join(d, INDEX_CACHE_FILE), JSON.stringify({ format: INDEX_CACHE_FORMAT, root: d, index: "x" }));
     const a = openCheckpointCached(d);
     expect(a.fromCache).toBe(false);
     expect(a.tensors.size).toBeGreaterThan(0);

@@ -3,12 +3,14 @@
 // refuses a checkpoint whose files disagree with the config in any way (missing, extra, wrong
 // shape, wrong dtype, duplicate, index ≠ headers). Vision tensors are listed and ignored.
 // catalogueFromMetadata() does the name check on release metadata alone (no shards).
-import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
-import { basename, join, resolve } from "node:path";
+import { existsSync, readdirSync, statSync } from "node:fs";
+import { basename, join } from "node:path";
 import { K3Error } from "../errors.ts";
 import { type ByteCensus, computeCensus } from "./census.ts";
 import { readConfig } from "./config.ts";
+import { readRegularFile } from "./files.ts";
 import { computeLayout, type LayoutFacts } from "./layout.ts";
+import { resolveModelFolder } from "./model-folder.ts";
 import { readSafetensorsHeader, type HeaderTensor } from "./safetensors.ts";
 import { expectedTensors, LM_PREFIX } from "./shapes.ts";
 import type { DType, ModelConfig, TensorEntry, TensorSpec } from "./types.ts";
@@ -16,13 +18,22 @@ import type { DType, ModelConfig, TensorEntry, TensorSpec } from "./types.ts";
 export const INDEX_FILE = "model.safetensors.index.json";
 
 export interface Checkpoint {
-  dir: string; // absolute
+  dir: string; // absolute: the folder with config.json and the shards (a download's snapshot)
+  name: string; // the model's name: a Hugging Face download's repo id, else the folder's name
+  download: boolean; // inside a Hugging Face cache: k3 writes nothing there (model-folder.ts)
   config: ModelConfig;
   tensors: Map<string, TensorEntry>; // every language-model tensor, validated
   layout: LayoutFacts;
   ignored: string[]; // vision / non-LM tensor names, noted and ignored
-  shards: { file: string; bytes: number }[]; // absolute paths, file sizes
+  shards: ShardFile[];
   index: string | null; // the index file used, or null when shards came from the listing
+}
+
+/** A shard as the catalogue read it: what recorded facts about it (checksums) are tied to. */
+export interface ShardFile {
+  file: string; // absolute path
+  bytes: number; // file size
+  headerHash: string; // hash of its length field + header JSON (safetensors.ts)
 }
 
 export interface MetadataCatalogue {
@@ -47,9 +58,9 @@ function fail(what: string, problems: string[]): never {
 
 /** weight_map of a safetensors index (.json, or .json.gz for the shipped release metadata). */
 export function readIndex(path: string): { weightMap: Map<string, string>; totalBytes: number | null } {
+  const raw = readRegularFile(path, "index", "CHECKPOINT");
   let json: unknown;
   try {
-    const raw = readFileSync(path);
     const text = path.endsWith(".gz") ? Buffer.from(Bun.gunzipSync(raw)).toString("utf8") : raw.toString("utf8");
     json = JSON.parse(text);
   } catch (e) {
@@ -78,9 +89,11 @@ function sameShape(a: readonly number[], b: readonly number[]): boolean {
   return a.length === b.length && a.every((x, i) => x === b[i]);
 }
 
-/** Open and fully validate a checkpoint directory. Reads headers only, never tensor data. */
+/** Open and fully validate a checkpoint directory (a plain folder, or a Hugging Face repo folder
+ *  or snapshot: model-folder.ts). Reads headers only, never tensor data. */
 export function openCheckpoint(dir: string, onProgress?: (done: number, total: number) => void): Checkpoint {
-  const root = resolve(dir);
+  const folder = resolveModelFolder(dir);
+  const root = folder.dir;
   if (!existsSync(root) || !statSync(root).isDirectory()) fail(`${root}: not a checkpoint directory`, ["expected a directory with config.json and *.safetensors"]);
   const config = readConfig(join(root, "config.json"));
 
@@ -100,12 +113,12 @@ export function openCheckpoint(dir: string, onProgress?: (done: number, total: n
   // 2. Every header (each validated on its own), names unique across shards.
   const problems: string[] = [];
   const found = new Map<string, { file: string; dataStart: number; t: HeaderTensor }>();
-  const shards: { file: string; bytes: number }[] = [];
+  const shards: ShardFile[] = [];
   for (const [i, name] of shardNames.entries()) {
     onProgress?.(i, shardNames.length);
     const file = join(root, name);
     const h = readSafetensorsHeader(file);
-    shards.push({ file, bytes: h.fileBytes });
+    shards.push({ file, bytes: h.fileBytes, headerHash: h.headerHash });
     for (const t of h.tensors) {
       const prev = found.get(t.name);
       if (prev) problems.push(`${t.name}: duplicate tensor, in ${prev.file} and ${file}`);
@@ -150,7 +163,7 @@ export function openCheckpoint(dir: string, onProgress?: (done: number, total: n
   onProgress?.(shardNames.length, shardNames.length);
   if (problems.length) fail(`${root}: checkpoint does not match its config`, problems);
 
-  return { dir: root, config, tensors, layout: computeLayout(config, tensors), ignored, shards, index: index ? indexPath : null };
+  return { dir: root, name: folder.name, download: folder.download, config, tensors, layout: computeLayout(config, tensors), ignored, shards, index: index ? indexPath : null };
 }
 
 /**

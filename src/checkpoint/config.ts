@@ -2,15 +2,36 @@
 // needs is read from the file and checked; nothing is defaulted (a reader that defaults silently
 // runs a different model that still writes fluent text). All problems are collected and thrown
 // as ONE K3Error("CONFIG") so a user fixes the file in one pass.
-import { readFileSync } from "node:fs";
 import { K3Error } from "../errors.ts";
+import { readRegularFile } from "./files.ts";
 import type { LayerKind, ModelConfig } from "./types.ts";
 
 /** Experts are MXFP4 with one E8M0 scale per 32 weights (MODEL.md §3); shapes depend on it. */
 export const MXFP4_GROUP = 32;
 
-/** Far above any real model (K3: 93); guards per-layer allocations against a corrupt config. */
-const MAX_LAYERS = 4096;
+/**
+ * Upper bound of every dimension the config sets: far above any real model (K3's value in the
+ * comment) and low enough that a corrupt config is refused before anything is sized from it —
+ * per-layer arrays, the list of expected tensors (num_experts 1e6 once meant 9 GB of specs), the
+ * planner's arithmetic — and that every tensor's element count stays an exact integer (each
+ * product of bounds below is < 2^53).
+ */
+export const CONFIG_BOUNDS = {
+  layers: 4096, // num_hidden_layers: 93
+  hidden: 65536, // hidden_size: 7168
+  vocab: 1 << 24, // vocab_size: 163,840
+  denseInter: 1 << 20, // intermediate_size: 33,792
+  experts: 65536, // num_experts: 896
+  sharedExperts: 64, // num_shared_experts: 2
+  expertDim: 65536, // moe_intermediate_size 3072, routed_expert_hidden_size 3584
+  heads: 4096, // num_attention_heads 96, linear_attn_config.num_heads 96
+  rank: 65536, // q_lora_rank 1536, kv_lora_rank 512
+  headDim: 4096, // qk_nope 128, qk_rope 64, v_head 128, linear_attn_config.head_dim 128
+  convKernel: 64, // short_conv_kernel_size: 4
+  positions: 1 << 30, // max_position_embeddings: 1,048,576
+  /** MoE layers × num_experts (82,432): the catalogue holds six tensor specs per routed expert. */
+  routedExperts: 1 << 18,
+} as const;
 
 type Json = Record<string, unknown>;
 
@@ -34,13 +55,15 @@ class FieldReader {
     return undefined;
   }
 
-  /** An integer ≥ min. Returns NaN when invalid so derived checks can skip it. */
-  int(parent: Json | undefined, key: string, path: string, min: number): number {
+  /** An integer in [min, max]. Returns NaN when invalid so derived checks can skip it. */
+  int(parent: Json | undefined, key: string, path: string, min: number, max: number): number {
     if (parent === undefined) return NaN;
     const v = parent[key];
-    if (v === undefined) this.problem(path, `missing (expected an integer ≥ ${min})`);
-    else if (typeof v !== "number" || !Number.isSafeInteger(v)) this.problem(path, `expected an integer ≥ ${min}, got ${describe(v)}`);
-    else if (v < min) this.problem(path, `expected an integer ≥ ${min}, got ${v}`);
+    const want = `an integer from ${min} to ${max}`;
+    if (v === undefined) this.problem(path, `missing (expected ${want})`);
+    else if (typeof v !== "number" || !Number.isSafeInteger(v)) this.problem(path, `expected ${want}, got ${describe(v)}`);
+    else if (v < min) this.problem(path, `expected ${want}, got ${v}`);
+    else if (v > max) this.problem(path, `${v} is implausible (expected ${want}; a corrupt config must not size allocations)`);
     else return v;
     return NaN;
   }
@@ -127,38 +150,45 @@ export function parseConfig(json: unknown, source: string): ModelConfig {
   const pos = (x: number) => x > 0;
 
   const modelType = r.exactly(top, "model_type", "model_type", "kimi_k3", "this engine runs Kimi K3 only");
-  const bosTokenId = r.int(top, "bos_token_id", "bos_token_id", 0);
-  const eosTokenId = r.int(top, "eos_token_id", "eos_token_id", 0);
-  const padTokenId = r.int(top, "pad_token_id", "pad_token_id", 0);
+  const B = CONFIG_BOUNDS;
+  const bosTokenId = r.int(top, "bos_token_id", "bos_token_id", 0, B.vocab - 1);
+  const eosTokenId = r.int(top, "eos_token_id", "eos_token_id", 0, B.vocab - 1);
+  const padTokenId = r.int(top, "pad_token_id", "pad_token_id", 0, B.vocab - 1);
 
-  const hidden = r.int(tc, "hidden_size", `${T}hidden_size`, 1);
-  let numLayers = r.int(tc, "num_hidden_layers", `${T}num_hidden_layers`, 1);
-  // Per-layer arrays are sized by it: an absurd value must be a problem, not an allocation.
-  if (numLayers > MAX_LAYERS) {
-    r.problem(`${T}num_hidden_layers`, `${numLayers} is implausible (at most ${MAX_LAYERS})`);
-    numLayers = NaN;
+  const hidden = r.int(tc, "hidden_size", `${T}hidden_size`, 1, B.hidden);
+  const numLayers = r.int(tc, "num_hidden_layers", `${T}num_hidden_layers`, 1, B.layers);
+  const vocab = r.int(tc, "vocab_size", `${T}vocab_size`, 1, B.vocab);
+  // Special ids index the vocabulary (the embedding row of bos, the stop id eos): one outside it
+  // would read past the table or never stop. text_config repeats them in the release: it must agree.
+  for (const key of ["bos_token_id", "eos_token_id", "pad_token_id"] as const) {
+    const id = top[key];
+    if (typeof id === "number" && Number.isSafeInteger(id) && id >= 0 && Number.isFinite(vocab) && id >= vocab)
+      r.problem(key, `${id} is outside the vocabulary (vocab_size ${vocab}: ids 0..${vocab - 1})`);
+    if (tc !== undefined && tc[key] !== undefined && tc[key] !== id)
+      r.problem(`${T}${key}`, `${describe(tc[key])} disagrees with the top-level ${key} ${describe(id)}`);
   }
-  const vocab = r.int(tc, "vocab_size", `${T}vocab_size`, 1);
+  const maxPositions = r.int(tc, "max_position_embeddings", `${T}max_position_embeddings`, 1, B.positions);
   const rmsEps = r.num(tc, "rms_norm_eps", `${T}rms_norm_eps`, "a number > 0", pos);
   const tieWordEmbeddings = r.exactly(tc, "tie_word_embeddings", `${T}tie_word_embeddings`, false, "K3 ships a separate lm_head");
   // The top level repeats it in the release; if present it must agree.
   if (top.tie_word_embeddings !== undefined && top.tie_word_embeddings !== false)
     r.problem("tie_word_embeddings", `expected false (K3 ships a separate lm_head), got ${describe(top.tie_word_embeddings)}`);
-  const attnResBlock = r.int(tc, "attn_res_block_size", `${T}attn_res_block_size`, 1);
-  const firstKDense = r.int(tc, "first_k_dense_replace", `${T}first_k_dense_replace`, 1);
+  const attnResBlock = r.int(tc, "attn_res_block_size", `${T}attn_res_block_size`, 1, B.layers);
+  const firstKDense = r.int(tc, "first_k_dense_replace", `${T}first_k_dense_replace`, 1, B.layers);
   // Every layer from first_k_dense_replace on is MoE only when the frequency is 1.
   r.exactly(tc, "moe_layer_freq", `${T}moe_layer_freq`, 1, "every layer after the dense ones is MoE");
   r.exactly(tc, "hidden_act", `${T}hidden_act`, "situ", "the engine implements SiTU-GLU");
 
-  const denseInter = r.int(tc, "intermediate_size", `${T}intermediate_size`, 1);
-  const numExperts = r.int(tc, "num_experts", `${T}num_experts`, 1);
-  const topK = r.int(tc, "num_experts_per_token", `${T}num_experts_per_token`, 1);
-  const numSharedExperts = r.int(tc, "num_shared_experts", `${T}num_shared_experts`, 1);
-  const moeInter = r.int(tc, "moe_intermediate_size", `${T}moe_intermediate_size`, 1);
-  const latent = r.int(tc, "routed_expert_hidden_size", `${T}routed_expert_hidden_size`, 1);
+  const denseInter = r.int(tc, "intermediate_size", `${T}intermediate_size`, 1, B.denseInter);
+  const numExperts = r.int(tc, "num_experts", `${T}num_experts`, 1, B.experts);
+  const topK = r.int(tc, "num_experts_per_token", `${T}num_experts_per_token`, 1, B.experts);
+  const numSharedExperts = r.int(tc, "num_shared_experts", `${T}num_shared_experts`, 1, B.sharedExperts);
+  const moeInter = r.int(tc, "moe_intermediate_size", `${T}moe_intermediate_size`, 1, B.expertDim);
+  const latent = r.int(tc, "routed_expert_hidden_size", `${T}routed_expert_hidden_size`, 1, B.expertDim);
   const latentNorm = r.exactly(tc, "latent_moe_use_norm", `${T}latent_moe_use_norm`, true, "the engine implements the normed LatentMoE");
   const routerActivation = r.exactly(tc, "moe_router_activation_func", `${T}moe_router_activation_func`, "sigmoid", "the engine implements the sigmoid router");
-  const renormalize = r.bool(tc, "moe_renormalize", `${T}moe_renormalize`);
+  // The router always renormalises the top-k weights (MODEL.md §5); false would be another model.
+  const renormalize = r.exactly(tc, "moe_renormalize", `${T}moe_renormalize`, true, "the router always renormalises the top-k weights");
   const routedScaling = r.num(tc, "routed_scaling_factor", `${T}routed_scaling_factor`, "a number > 0", pos);
   const situBeta = r.num(tc, "activation_situ_beta", `${T}activation_situ_beta`, "a number > 0", pos);
   const situLinearBeta = r.num(tc, "activation_situ_linear_beta", `${T}activation_situ_linear_beta`, "a number > 0", pos);
@@ -169,18 +199,18 @@ export function parseConfig(json: unknown, source: string): ModelConfig {
     r.exactly(tc, "topk_group", `${T}topk_group`, 1, "grouped routing is not implemented (1 group = inactive)");
   }
 
-  const mlaHeads = r.int(tc, "num_attention_heads", `${T}num_attention_heads`, 1);
-  const qLoraRank = r.int(tc, "q_lora_rank", `${T}q_lora_rank`, 1);
-  const kvLoraRank = r.int(tc, "kv_lora_rank", `${T}kv_lora_rank`, 1);
-  const qkNope = r.int(tc, "qk_nope_head_dim", `${T}qk_nope_head_dim`, 1);
-  const qkRope = r.int(tc, "qk_rope_head_dim", `${T}qk_rope_head_dim`, 1);
-  const vHead = r.int(tc, "v_head_dim", `${T}v_head_dim`, 1);
+  const mlaHeads = r.int(tc, "num_attention_heads", `${T}num_attention_heads`, 1, B.heads);
+  const qLoraRank = r.int(tc, "q_lora_rank", `${T}q_lora_rank`, 1, B.rank);
+  const kvLoraRank = r.int(tc, "kv_lora_rank", `${T}kv_lora_rank`, 1, B.rank);
+  const qkNope = r.int(tc, "qk_nope_head_dim", `${T}qk_nope_head_dim`, 1, B.headDim);
+  const qkRope = r.int(tc, "qk_rope_head_dim", `${T}qk_rope_head_dim`, 1, B.headDim);
+  const vHead = r.int(tc, "v_head_dim", `${T}v_head_dim`, 1, B.headDim);
   const mlaUseNope = r.exactly(tc, "mla_use_nope", `${T}mla_use_nope`, true, "the engine implements NoPE MLA (no rotary)");
   const mlaOutputGate = r.exactly(tc, "mla_use_output_gate", `${T}mla_use_output_gate`, true, "the engine implements gated MLA (g_proj)");
 
-  const kdaHeads = r.int(la, "num_heads", `${L}num_heads`, 1);
-  const kdaHeadDim = r.int(la, "head_dim", `${L}head_dim`, 1);
-  const convKernel = r.int(la, "short_conv_kernel_size", `${L}short_conv_kernel_size`, 1);
+  const kdaHeads = r.int(la, "num_heads", `${L}num_heads`, 1, B.heads);
+  const kdaHeadDim = r.int(la, "head_dim", `${L}head_dim`, 1, B.headDim);
+  const convKernel = r.int(la, "short_conv_kernel_size", `${L}short_conv_kernel_size`, 1, B.convKernel);
   const gateLowerBound = r.num(la, "gate_lower_bound", `${L}gate_lower_bound`, "a number < 0", (x) => x < 0);
   const kdaFullRankGate = r.exactly(la, "use_full_rank_gate", `${L}use_full_rank_gate`, true, "f_a_proj/f_b_proj shapes assume the full-rank gate");
   const kdaList = r.intList(la, "kda_layers", `${L}kda_layers`);
@@ -207,6 +237,9 @@ export function parseConfig(json: unknown, source: string): ModelConfig {
   if (kdaHeads > kdaHeadDim)
     r.problem(`${L}num_heads`, `${kdaHeads} heads exceed head_dim ${kdaHeadDim} (A_log has head_dim entries, one per head)`);
   if (firstKDense > numLayers) r.problem(`${T}first_k_dense_replace`, `${firstKDense} exceeds num_hidden_layers ${numLayers}`);
+  const routed = (numLayers - firstKDense) * numExperts;
+  if (routed > B.routedExperts)
+    r.problem(`${T}num_experts`, `${numExperts} experts × ${numLayers - firstKDense} MoE layers = ${routed} routed experts is implausible (at most ${B.routedExperts})`);
   for (const [v, name] of [[latent, "routed_expert_hidden_size"], [moeInter, "moe_intermediate_size"]] as const)
     if (Number.isFinite(v) && v % MXFP4_GROUP !== 0) r.problem(`${T}${name}`, `${v} is not a multiple of the MXFP4 group ${MXFP4_GROUP}`);
 
@@ -214,11 +247,11 @@ export function parseConfig(json: unknown, source: string): ModelConfig {
   if (r.problems.length) r.fail();
 
   return {
-    modelType, bosTokenId, eosTokenId, padTokenId,
+    modelType, bosTokenId, eosTokenId, padTokenId, maxPositions,
     hidden, numLayers, vocab, rmsEps, tieWordEmbeddings, attnResBlock,
     layerKinds, firstKDense, denseInter,
     numExperts, topK, numSharedExperts, moeInter, latent, latentNorm, routerActivation,
-    renormalize: renormalize as boolean, routedScaling, situBeta, situLinearBeta,
+    renormalize, routedScaling, situBeta, situLinearBeta,
     mlaHeads, qLoraRank, kvLoraRank, qkNope, qkRope, vHead, mlaUseNope, mlaOutputGate,
     kdaHeads, kdaHeadDim, convKernel, gateLowerBound, kdaFullRankGate,
   };
@@ -256,12 +289,7 @@ function layerMap(r: FieldReader, numLayers: number, kda: number[] | undefined, 
 
 /** Read and validate `path` (config.json). Unreadable or non-JSON files are CONFIG errors too. */
 export function readConfig(path: string): ModelConfig {
-  let text: string;
-  try {
-    text = readFileSync(path, "utf8");
-  } catch (e) {
-    throw new K3Error("CONFIG", `${path}: cannot read config`, [(e as Error).message]);
-  }
+  const text = readRegularFile(path, "config", "CONFIG").toString("utf8");
   let json: unknown;
   try {
     json = JSON.parse(text);

@@ -3,15 +3,18 @@
 // index every time. Invalidated when config.json, the index or any shard changes (size, mtime):
 // a stale cache would point reads at wrong offsets, so any doubt means a full re-read.
 import { accessSync, constants, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { homedir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
+import { cachePath } from "../cache-dir.ts";
 import { INDEX_FILE, openCheckpoint, type Checkpoint } from "./catalogue.ts";
 import { readConfig } from "./config.ts";
 import { computeLayout } from "./layout.ts";
+import { resolveModelFolder, type ModelFolder } from "./model-folder.ts";
 import type { DType, TensorEntry } from "./types.ts";
 
 export const INDEX_CACHE_FILE = "k3-index.json";
-const FORMAT = "k3-index-1";
+/** -2: shards carry their header hash, and the reader refuses shards the -1 reader accepted
+ *  (data not tiled to the end of the file), so a -1 cache must not vouch for them. */
+export const INDEX_CACHE_FORMAT = "k3-index-2";
 
 type Stamp = [file: string, bytes: number, mtimeMs: number];
 
@@ -20,9 +23,11 @@ function stamp(file: string): Stamp {
   return [file, st.size, st.mtimeMs];
 }
 
-function cacheLocations(root: string): string[] {
-  const cacheDir = join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "k3", "index");
-  return [join(root, INDEX_CACHE_FILE), join(cacheDir, `${Bun.hash(root).toString(16)}.json`)];
+/** Next to the model, else k3's cache folder; only the cache folder for a download (never write
+ *  inside a Hugging Face cache). */
+function cacheLocations(root: string, download: boolean): string[] {
+  const cached = join(cachePath("index"), `${Bun.hash(root).toString(16)}.json`);
+  return download ? [cached] : [join(root, INDEX_CACHE_FILE), cached];
 }
 
 function writable(dir: string): boolean {
@@ -45,9 +50,9 @@ function currentStamps(root: string, shardFiles: string[]): Stamp[] | null {
 }
 
 /** The cached catalogue if it is intact and current; null (a full re-read) on any doubt. */
-function tryLoad(root: string, path: string): Checkpoint | null {
+function tryLoad(folder: ModelFolder, path: string): Checkpoint | null {
   try {
-    return load(root, path);
+    return load(folder, path);
   } catch {
     // A damaged cache file (valid JSON, wrong fields) costs a re-read, never the run: the full
     // read that follows reports any real problem of the model itself (config, shards).
@@ -55,14 +60,15 @@ function tryLoad(root: string, path: string): Checkpoint | null {
   }
 }
 
-function load(root: string, path: string): Checkpoint | null {
+function load(folder: ModelFolder, path: string): Checkpoint | null {
+  const root = folder.dir;
   let body: any;
   try {
     body = JSON.parse(readFileSync(path, "utf8"));
   } catch {
     return null;
   }
-  if (body?.format !== FORMAT || body.root !== root) return null;
+  if (body?.format !== INDEX_CACHE_FORMAT || body.root !== root) return null;
   const shardFiles: string[] = body.shards.map((s: { file: string }) => s.file);
   // Without an index the shard set is the directory listing: a new or removed shard invalidates.
   if (!body.index) {
@@ -75,13 +81,13 @@ function load(root: string, path: string): Checkpoint | null {
   const tensors = new Map<string, TensorEntry>();
   for (const [name, fi, offset, bytes, dtype, shape] of body.tensors as [string, number, number, number, DType, number[]][])
     tensors.set(name, { name, file: shardFiles[fi]!, offset, bytes, dtype, shape });
-  return { dir: root, config, tensors, layout: computeLayout(config, tensors), ignored: body.ignored, shards: body.shards, index: body.index };
+  return { dir: root, name: folder.name, download: folder.download, config, tensors, layout: computeLayout(config, tensors), ignored: body.ignored, shards: body.shards, index: body.index };
 }
 
 function save(ckpt: Checkpoint): string | null {
   const fileIdx = new Map(ckpt.shards.map((s, i) => [s.file, i]));
   const body = {
-    format: FORMAT,
+    format: INDEX_CACHE_FORMAT,
     root: ckpt.dir,
     stamps: currentStamps(ckpt.dir, ckpt.shards.map((s) => s.file)),
     shards: ckpt.shards,
@@ -89,7 +95,7 @@ function save(ckpt: Checkpoint): string | null {
     ignored: ckpt.ignored,
     tensors: [...ckpt.tensors.values()].map((t) => [t.name, fileIdx.get(t.file), t.offset, t.bytes, t.dtype, t.shape]),
   };
-  for (const path of cacheLocations(ckpt.dir)) {
+  for (const path of cacheLocations(ckpt.dir, ckpt.download)) {
     const dir = join(path, "..");
     try {
       if (!existsSync(dir)) mkdirSync(dir, { recursive: true });
@@ -111,12 +117,12 @@ function save(ckpt: Checkpoint): string | null {
 
 /** openCheckpoint with the cache: `fromCache` says which path was taken. */
 export function openCheckpointCached(dir: string, onProgress?: (done: number, total: number) => void): Checkpoint & { fromCache: boolean; cachePath: string | null } {
-  const root = resolve(dir);
-  for (const path of cacheLocations(root)) {
+  const folder = resolveModelFolder(dir);
+  for (const path of cacheLocations(folder.dir, folder.download)) {
     if (!existsSync(path)) continue;
-    const hit = tryLoad(root, path);
+    const hit = tryLoad(folder, path);
     if (hit) return { ...hit, fromCache: true, cachePath: path };
   }
-  const ckpt = openCheckpoint(root, onProgress);
+  const ckpt = openCheckpoint(folder.dir, onProgress);
   return { ...ckpt, fromCache: false, cachePath: save(ckpt) };
 }

@@ -1,10 +1,13 @@
 // safetensors header reader (MODEL.md §1). Layout: 8-byte little-endian header length N, N bytes
 // of JSON, then the data section; each tensor's data_offsets [begin, end) are relative to byte
 // 8+N. Every tensor is validated here (known dtype, byte span = numel × dtype size, inside the
-// file, no overlaps) so nothing downstream can read a span that disagrees with its shape.
-// Only the header is read; tensor data is never touched.
-import { closeSync, fstatSync, openSync, readSync } from "node:fs";
+// file, no overlaps) and together they must tile the data section to the end of the file, so
+// nothing downstream can read a span that disagrees with its shape or sits at a shifted offset.
+// Only a regular file is opened (files.ts), and only the header is read; tensor data is never
+// touched.
+import { closeSync } from "node:fs";
 import { K3Error } from "../errors.ts";
+import { openRegularFile, readAt } from "./files.ts";
 
 /** Bytes per element of every dtype the safetensors format defines. */
 export const SAFETENSORS_DTYPE_BYTES: Record<string, number> = {
@@ -28,6 +31,9 @@ export interface HeaderTensor {
 export interface SafetensorsHeader {
   dataStart: number; // absolute file offset of the data section (8 + N)
   fileBytes: number;
+  /** Hash of the first 8 + N bytes (length field + header JSON): ties recorded facts (checksums)
+   *  to the exact header they were made for. */
+  headerHash: string;
   tensors: HeaderTensor[]; // in header order
 }
 
@@ -39,33 +45,16 @@ function fail(path: string, what: string, problems: string[]): never {
   throw new K3Error("CHECKPOINT", `${path}: ${what}`, shown);
 }
 
-function readExactly(fd: number, bytes: number, position: number): Buffer {
-  const buf = Buffer.alloc(bytes);
-  let got = 0;
-  while (got < bytes) {
-    const n = readSync(fd, buf, got, bytes - got, position + got);
-    if (n === 0) break;
-    got += n;
-  }
-  return got === bytes ? buf : buf.subarray(0, got);
-}
-
 export function readSafetensorsHeader(path: string): SafetensorsHeader {
-  let fd: number;
+  const { fd, bytes: fileBytes } = openRegularFile(path, "shard", "CHECKPOINT");
   try {
-    fd = openSync(path, "r");
-  } catch (e) {
-    throw new K3Error("CHECKPOINT", `${path}: cannot open shard`, [(e as Error).message]);
-  }
-  try {
-    const fileBytes = fstatSync(fd).size;
     if (fileBytes < 8) fail(path, "not a safetensors file", [`file is ${fileBytes} bytes; expected at least the 8-byte header length`]);
-    const n64 = readExactly(fd, 8, 0).readBigUInt64LE(0);
+    const n64 = readAt(fd, 8, 0).readBigUInt64LE(0);
     if (n64 > BigInt(fileBytes - 8))
       fail(path, "truncated or corrupt shard", [`header length ${n64} runs past the end of the file (${fileBytes} bytes, so at most ${fileBytes - 8})`]);
     const headerBytes = Number(n64);
     if (headerBytes > MAX_HEADER_BYTES) fail(path, "corrupt shard", [`header length ${headerBytes} exceeds the safetensors limit ${MAX_HEADER_BYTES}`]);
-    const raw = readExactly(fd, headerBytes, 8);
+    const raw = readAt(fd, headerBytes, 8);
     if (raw.length !== headerBytes) fail(path, "short read", [`read ${raw.length} of ${headerBytes} header bytes`]);
     let json: unknown;
     try {
@@ -73,7 +62,13 @@ export function readSafetensorsHeader(path: string): SafetensorsHeader {
     } catch (e) {
       fail(path, "header is not valid JSON", [(e as Error).message]);
     }
-    return { dataStart: 8 + headerBytes, fileBytes, tensors: validateHeader(path, json, 8 + headerBytes, fileBytes) };
+    const tensors = validateHeader(path, json, 8 + headerBytes, fileBytes);
+    // The length field is part of what the tensors' offsets are relative to: hash it too.
+    const headerHash = Bun.hash(Buffer.concat([readAt(fd, 8, 0), raw])).toString(16).padStart(16, "0");
+    return { dataStart: 8 + headerBytes, fileBytes, headerHash, tensors };
+  } catch (e) {
+    if (e instanceof K3Error) throw e;
+    throw new K3Error("CHECKPOINT", `${path}: cannot read shard`, [(e as Error).message]);
   } finally {
     closeSync(fd);
   }
@@ -125,5 +120,21 @@ function validateHeader(path: string, json: unknown, dataStart: number, fileByte
     if (!reach || cur.end > reach.end) reach = cur;
   }
   if (problems.length) fail(path, "invalid safetensors header", problems);
+  // The tensors must tile the data section exactly, from its first byte to the end of the file
+  // (the safetensors format: "entirely indexed, and cannot contain holes"). This is what catches
+  // a header-length field off by a few bytes when the header ends in padding (the JSON still
+  // parses, every tensor would be read shifted) and bytes appended after the data.
+  let at = 0;
+  for (const cur of byBegin) {
+    if (cur.begin > at) problems.push(`bytes [${at}, ${cur.begin}) of the data section belong to no tensor (a hole before ${cur.name})`);
+    at = cur.end;
+  }
+  if (at !== dataBytes)
+    problems.push(
+      at < dataBytes
+        ? `the tensors end at byte ${at} of the data section, but the file has ${dataBytes - at} more byte(s) (data section ${dataBytes} bytes from offset ${dataStart}, file ${fileBytes} bytes): bytes appended, or the header length is wrong`
+        : `the tensors need ${at} bytes of data, the file has ${dataBytes}`,
+    );
+  if (problems.length) fail(path, "shard does not match its header", problems);
   return tensors;
 }

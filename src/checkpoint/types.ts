@@ -15,6 +15,7 @@ export interface ModelConfig {
   bosTokenId: number;
   eosTokenId: number;
   padTokenId: number;
+  maxPositions: number; // max_position_embeddings (1,048,576 for K3)
 
   // trunk
   hidden: number; // E = hidden_size
@@ -39,7 +40,7 @@ export interface ModelConfig {
   latent: number; // routed_expert_hidden_size
   latentNorm: boolean; // latent_moe_use_norm (must be true: the engine implements that form)
   routerActivation: "sigmoid";
-  renormalize: boolean;
+  renormalize: true; // moe_renormalize: the router always renormalises; false is refused
   routedScaling: number;
   situBeta: number; // activation_situ_beta (β1)
   situLinearBeta: number; // activation_situ_linear_beta (β2)

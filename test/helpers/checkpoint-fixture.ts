@@ -27,6 +27,7 @@ export function tinyConfigJson(): any {
       hidden_size: 16,
       num_hidden_layers: 5,
       vocab_size: 12,
+      max_position_embeddings: 4096,
       rms_norm_eps: 1e-5,
       tie_word_embeddings: false,
       attn_res_block_size: 2,
