@@ -5,8 +5,9 @@
 // The header records the model fingerprint (config + every tensor's name, dtype and shape), the
 // buffers in order with their byte counts, and a CRC-32 of the payload; loading into another
 // model, a truncated or a corrupted file is refused with the reason.
-import { closeSync, fstatSync, openSync, readFileSync, readSync, renameSync, rmSync, writeSync } from "node:fs";
+import { closeSync, openSync, renameSync, rmSync, writeSync } from "node:fs";
 import { toArrayBuffer } from "bun:ffi";
+import { openRegularFile, readAt, readRegularFile } from "../checkpoint/files.ts";
 import { K3Error } from "../errors.ts";
 import type { Kernels } from "../kernels.ts";
 import type { SessionState } from "./state.ts";
@@ -74,33 +75,61 @@ export function saveSession(k: Kernels, state: SessionState, pending: number[], 
   }
 }
 
-/** Read a session file's header only (to check it before allocating anything). */
+/** Read a session file's header only (to check it before allocating anything). Only a regular
+ *  file is opened (a FIFO would block, a directory fail inside a read). */
 export function readSessionHeader(path: string): { header: SessionHeader; payloadOffset: number; fileBytes: number } {
-  let fd: number;
+  const { fd, bytes: fileBytes } = openRegularFile(path, "session file", "SESSION");
   try {
-    fd = openSync(path, "r");
-  } catch (err) {
-    throw new K3Error("SESSION", `cannot open session file ${path}: ${(err as Error).message}`);
-  }
-  try {
-    const fileBytes = fstatSync(fd).size;
-    const head = Buffer.alloc(12);
-    if (readSync(fd, head, 0, 12, 0) !== 12 || head.toString("latin1", 0, 8) !== MAGIC) throw new K3Error("SESSION", `${path} is not a k3 session file`);
+    const head = readAt(fd, 12, 0);
+    if (head.length !== 12 || head.toString("latin1", 0, 8) !== MAGIC) throw new K3Error("SESSION", `${path} is not a k3 session file`);
     const n = head.readUInt32LE(8);
     if (12 + n > fileBytes) throw new K3Error("SESSION", `${path}: header runs past the end of the file (truncated?)`);
-    const json = Buffer.alloc(n);
-    readSync(fd, json, 0, n, 12);
-    let header: SessionHeader;
+    const json = readAt(fd, n, 12);
+    let header: unknown;
     try {
       header = JSON.parse(json.toString("utf8"));
     } catch {
       throw new K3Error("SESSION", `${path}: the header is not valid JSON (corrupted?)`);
     }
-    if (header.format !== 1 || !Array.isArray(header.buffers) || !Array.isArray(header.history)) throw new K3Error("SESSION", `${path}: unknown session format`);
-    return { header, payloadOffset: 12 + n, fileBytes };
+    return { header: validateHeader(path, header), payloadOffset: 12 + n, fileBytes };
+  } catch (e) {
+    if (e instanceof K3Error) throw e;
+    throw new K3Error("SESSION", `cannot read session file ${path}: ${(e as Error).message}`);
   } finally {
     closeSync(fd);
   }
+}
+
+const isId = (x: unknown): x is number => typeof x === "number" && Number.isSafeInteger(x) && x >= 0;
+
+/**
+ * Every field of a session header with the type it must have, checked before any is used: a
+ * header edited by hand or damaged on disk (the checksum covers the tokens and the payload, not
+ * the field types) is refused with the field's name, never a TypeError.
+ */
+function validateHeader(path: string, h: unknown): SessionHeader {
+  if (h === null || typeof h !== "object" || Array.isArray(h)) throw new K3Error("SESSION", `${path}: unknown session format (the header is not a JSON object)`);
+  const o = h as Record<string, unknown>;
+  if (o.format !== 1) throw new K3Error("SESSION", `${path}: unknown session format ${JSON.stringify(o.format)} (this k3 reads format 1)`);
+  const problems: string[] = [];
+  const want = (ok: boolean, field: string, what: string) => {
+    if (!ok) problems.push(`${field}: expected ${what}, got ${JSON.stringify(o[field])?.slice(0, 60) ?? "nothing"}`);
+  };
+  want(typeof o.model === "string", "model", "the model fingerprint (a string)");
+  want(typeof o.modelName === "string", "modelName", "a string");
+  want(isId(o.pos), "pos", "a non-negative integer");
+  want(Array.isArray(o.history) && o.history.every(isId), "history", "a list of token ids");
+  want(Array.isArray(o.pending) && o.pending.every(isId), "pending", "a list of token ids");
+  want(
+    Array.isArray(o.buffers) && o.buffers.every((b) => b !== null && typeof b === "object" && typeof b.name === "string" && isId(b.bytes)),
+    "buffers", "a list of {name, bytes}",
+  );
+  want(typeof o.crc32 === "number" && Number.isInteger(o.crc32) && o.crc32 >= 0 && o.crc32 <= 0xffffffff, "crc32", "a 32-bit checksum");
+  if (problems.length) throw new K3Error("SESSION", `${path}: invalid session header`, problems);
+  const header = o as unknown as SessionHeader;
+  if (header.history.length !== header.pos)
+    throw new K3Error("SESSION", `${path}: header is inconsistent (position ${header.pos}, ${header.history.length} history tokens)`);
+  return header;
 }
 
 /** Fill `state` from a file written by saveSession for the same model; returns the pending ids
@@ -115,12 +144,10 @@ export function loadSession(k: Kernels, state: SessionState, fingerprint: string
   if (bufs.length !== header.buffers.length) throw new K3Error("SESSION", `${path}: ${header.buffers.length} state buffers, this model has ${bufs.length}`);
   const total = header.buffers.reduce((a, b) => a + b.bytes, 0);
   if (payloadOffset + total !== fileBytes) throw new K3Error("SESSION", `${path}: ${fileBytes} bytes, the header describes ${payloadOffset + total} (truncated or padded)`);
-  const ids = [...header.history, ...(header.pending ?? [])];
-  if (!Number.isSafeInteger(header.pos) || header.pos < 0 || header.history.length !== header.pos || !Array.isArray(header.pending))
-    throw new K3Error("SESSION", `${path}: header is inconsistent (position ${header.pos}, ${header.history.length} history tokens)`);
-  const bad = ids.find((id) => !Number.isSafeInteger(id) || id < 0 || id >= state.cfg.vocab);
+  const ids = [...header.history, ...header.pending];
+  const bad = ids.find((id) => id >= state.cfg.vocab);
   if (bad !== undefined) throw new K3Error("SESSION", `${path}: token id ${bad} is outside this model's vocabulary`);
-  const data = readFileSync(path).subarray(payloadOffset);
+  const data = readRegularFile(path, "session file", "SESSION").subarray(payloadOffset);
   const crc = k.k3_crc32(headerCrc(k, header.pos, header.history, header.pending, header.meta), data, data.byteLength);
   if (crc !== header.crc32) throw new K3Error("SESSION", `${path}: checksum mismatch (corrupted header tokens or payload)`);
   state.reset();
