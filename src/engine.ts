@@ -2,7 +2,7 @@
 // model. The CLI and the server use only this module, plus src/inspect.ts for inspection without
 // weights (test/layers.test.ts checks the imports).
 import { existsSync } from "node:fs";
-import { basename, join, resolve } from "node:path";
+import { join } from "node:path";
 import { openCheckpoint, type Checkpoint } from "./checkpoint/catalogue.ts";
 import { openCheckpointCached } from "./checkpoint/index-cache.ts";
 import type { ModelConfig } from "./checkpoint/types.ts";
@@ -15,7 +15,7 @@ import type { PolicyName } from "./memory/policy/index.ts";
 import { gib, resolveBudget, usableRam } from "./memory/ram.ts";
 import { streamSlots } from "./memory/slots.ts";
 import { StreamingWeights } from "./memory/stream.ts";
-import { checkShardSizes, loadChecksums, recordChecksums, type ShardCheck } from "./memory/verify.ts";
+import { loadChecksums, verifyCheckpoint, type VerifyResult } from "./memory/verify.ts";
 import { TraceWriter } from "./memory/trace-writer.ts";
 import { SessionState } from "./model/state.ts";
 import { loadSession as loadSessionFile, saveSession as saveSessionFile } from "./model/session-file.ts";
@@ -24,6 +24,7 @@ import type { WeightProvider, WeightStats } from "./model/weights.ts";
 
 export type { ModelConfig } from "./checkpoint/types.ts";
 export type { WeightStats } from "./model/weights.ts";
+export type { VerifyResult } from "./memory/verify.ts";
 // The text layer is part of the public API: the CLI and the server use it through here.
 export { Tokenizer } from "./text/tokenizer.ts";
 export { renderChat, segmentsToIds, SERVED_DEFAULT_THINKING_EFFORT, VALID_THINKING_EFFORTS, type ChatInput, type ChatMessage, type Segment } from "./text/chat.ts";
@@ -31,6 +32,8 @@ export { AssistantStreamParser, parseAssistantOutput, type AssistantOutput, type
 export { createSampler, type SamplerOptions } from "./text/sampling.ts";
 export { StopMatcher } from "./text/stop.ts";
 export { deeperThan, MAX_JSON_DEPTH } from "./text/json-depth.ts";
+// Which folder a path names (a Hugging Face download resolves to its snapshot), e.g. for the tokenizer.
+export { resolveModelFolder, type ModelFolder } from "./checkpoint/model-folder.ts";
 
 export interface EngineOptions {
   /** RAM budget preset: laptop | desktop | workstation | server | auto (default auto). */
@@ -210,6 +213,11 @@ export class Engine {
     return this.checkpoint.config;
   }
 
+  /** The model's name: a Hugging Face download's repo id ("moonshotai/Kimi-K3"), else its folder's name. */
+  get name(): string {
+    return this.checkpoint.name;
+  }
+
   /** The tokenizer folder, if the model directory has one. */
   get tokenizerDir(): string | undefined {
     return existsSync(join(this.dir, "tiktoken.model")) ? this.dir : undefined;
@@ -264,7 +272,8 @@ export class Engine {
       weights.close();
       throw err;
     }
-    const engine = new Engine(dir, checkpoint, k, weights, model, context, threads, plan);
+    // The folder actually read (a Hugging Face repo folder resolves to its snapshot).
+    const engine = new Engine(checkpoint.dir, checkpoint, k, weights, model, context, threads, plan);
     if (opts.trace) {
       let trace: TraceWriter;
       try {
@@ -325,7 +334,7 @@ export class Engine {
     this.alive();
     if (session.closed) throw new K3Error("USAGE", "cannot save a closed session");
     if (session.dirty) throw new K3Error("SESSION", "cannot save a session interrupted by an error: its state does not match its tokens");
-    saveSessionFile(this.k, session.state, session.pending, this.fingerprint, basename(resolve(this.dir)), path, meta);
+    saveSessionFile(this.k, session.state, session.pending, this.fingerprint, this.name, path, meta);
   }
 
   /** A new session restored from a file saved by the same model (refused otherwise). */
@@ -508,30 +517,11 @@ function peakRssBytes(): number {
   return process.resourceUsage().maxRSS * 1024;
 }
 
-export interface VerifyResult {
-  dir: string;
-  shards: ShardCheck[];
-  tensors: number;
-  /** Set with `record`: where the checksums went and how many were written. */
-  recorded?: { path: string; experts: number; trunkUnits: number; ms: number };
-}
-
 /**
- * `k3 verify`: parse every shard header (the catalogue refuses bad offsets, dtypes, shapes),
- * check each shard's exact size, and optionally record a CRC-32C per expert and trunk unit.
- * Throws K3Error CHECKPOINT naming the first shard whose size is wrong (after listing all).
+ * `k3 verify`: every shard against its header; `record` reads everything and records a CRC-32C
+ * per trunk unit, routed expert and embedding row; without it, what was recorded (if anything)
+ * is read again and compared (src/memory/verify.ts).
  */
 export function verifyModel(dir: string, opts: { record?: boolean; onProgress?: (done: number, total: number) => void } = {}): VerifyResult {
-  const checkpoint = openCheckpoint(dir);
-  const shards = checkShardSizes(checkpoint);
-  const bad = shards.filter((s) => !s.ok);
-  if (bad.length)
-    throw new K3Error("CHECKPOINT", `${bad.length} shard(s) do not match their headers`, bad.map((s) => `${s.file}: ${s.bytes} bytes, header says ${s.expected}`));
-  const result: VerifyResult = { dir, shards, tensors: checkpoint.tensors.size };
-  if (opts.record) {
-    const t0 = performance.now();
-    const { path, sums } = recordChecksums(loadKernels(), checkpoint, opts.onProgress);
-    result.recorded = { path, experts: sums.experts.size, trunkUnits: sums.trunk.size, ms: performance.now() - t0 };
-  }
-  return result;
+  return verifyCheckpoint(loadKernels(), openCheckpoint(dir), opts);
 }

@@ -1,7 +1,7 @@
 // `k3 verify` and `--verify`: shard sizes against headers, recorded checksums, and a corrupted
 // expert that must stop generation with an error naming its tensors before any token comes out.
 import { describe, expect, test } from "bun:test";
-import { closeSync, cpSync, openSync, readdirSync, readFileSync, statSync, writeSync, appendFileSync } from "node:fs";
+import { appendFileSync, closeSync, cpSync, openSync, readdirSync, readFileSync, readSync, statSync, utimesSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { openCheckpoint } from "../src/checkpoint/catalogue.ts";
 import { Engine, verifyModel } from "../src/engine.ts";
@@ -10,6 +10,19 @@ import { scratchDir, tinyModel } from "./helpers/models.ts";
 
 const PROMPT = [5, 17, 300, 42, 7, 99, 3, 250];
 const CLI = [process.execPath, "src/cli/main.ts"];
+
+/** Flip one byte in place and put the mtime back: silent corruption (bit rot, a bad copy that kept
+ *  the times) that only the per-read checksums can catch. */
+function flipByte(file: string, at: number): void {
+  const st = statSync(file);
+  const fd = openSync(file, "r+");
+  const byte = Buffer.alloc(1);
+  readSync(fd, byte, 0, 1, at);
+  byte[0] = byte[0]! ^ 0x5a;
+  writeSync(fd, byte, 0, 1, at);
+  closeSync(fd);
+  utimesSync(file, st.atime, st.mtime);
+}
 
 function copyModel(name: string, src: string): string {
   const d = scratchDir(name);
@@ -29,12 +42,12 @@ describe("k3 verify", () => {
     expect(Object.keys(body.experts).length).toBe(ck.layout.census.expertCount);
   });
 
-  test("a shard with bytes appended after its data is refused, naming the shard (exit 1)", async () => {
+  test("a shard with bytes appended after its data is refused, naming the shard (exit 4)", async () => {
     const d = copyModel("verify-long", await tinyModel("tiny-b"));
     const shard = readdirSync(d).filter((f) => f.endsWith(".safetensors")).sort()[2]!;
     appendFileSync(join(d, shard), Buffer.alloc(10));
     const p = Bun.spawnSync([...CLI, "verify", d], { env: { ...process.env, NO_COLOR: "1" } });
-    expect(p.exitCode).toBe(1);
+    expect(p.exitCode).toBe(4);
     expect(p.stderr.toString()).toContain(shard);
     expect(p.stdout.toString()).toBe("");
   });
@@ -52,13 +65,7 @@ describe("k3 verify", () => {
     const ck = openCheckpoint(d);
     for (let e = 0; e < ck.config.numExperts; e++) {
       const te = ck.tensors.get(expertTensorNames(1, e).find((n) => n.endsWith("w2.weight_packed"))!)!;
-      const fd = openSync(te.file, "r+");
-      const byte = Buffer.alloc(1);
-      const { readSync } = await import("node:fs");
-      readSync(fd, byte, 0, 1, te.offset + 7);
-      byte[0] = byte[0]! ^ 0x5a;
-      writeSync(fd, byte, 0, 1, te.offset + 7);
-      closeSync(fd);
+      flipByte(te.file, te.offset + 7);
     }
     const engine = Engine.open(d, { verify: true, threads: 1, ram: "1G" });
     try {

@@ -1,22 +1,40 @@
-// `k3 verify`: is every shard exactly as long as its header says, and (optionally) a CRC-32C per
-// routed expert and per trunk unit, recorded once so `--verify` can check each read during
-// generation (STREAMING.md §7: a truncated or spliced file must stop generation and name the
-// tensor, never answer from the wrong bytes).
-import { accessSync, constants, existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
-import { homedir } from "node:os";
-import { join, resolve } from "node:path";
+// `k3 verify` and `--verify` (STREAMING.md §7: a truncated, spliced or flipped file must stop
+// generation and name what failed, never answer from the wrong bytes).
+//
+// What is checked:
+//  - every shard's header tiles its data section to the end of the file (the checkpoint reader
+//    refuses anything else, for every command — checkShardSizes reports it);
+//  - `--record` reads everything a token can read once and records a CRC-32C per trunk unit, per
+//    routed expert and per embedding row, tied to the exact shard bytes it was computed from
+//    (each shard's header hash, size and mtime);
+//  - `k3 verify` without `--record` reads everything again and compares with what was recorded;
+//  - `run --verify` compares every read during generation (the trunk and experts in stream.ts,
+//    each embedding row through `checkEmbedRow`).
+//
+// Where the file lives: `k3-checksums.json` next to the model when that folder can take it, else
+// (read-only folder, full disk, a Hugging Face download k3 must not write into) in k3's cache
+// folder. A write that fails leaves no partial file behind.
+import { existsSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { basename, join } from "node:path";
+import { cachePath, ensureCacheDir } from "../cache-dir.ts";
 import type { Checkpoint } from "../checkpoint/catalogue.ts";
 import { readSafetensorsHeader } from "../checkpoint/safetensors.ts";
-import { expertTensorNames } from "../checkpoint/shapes.ts";
+import { expertTensorNames, LM_MODEL_PREFIX } from "../checkpoint/shapes.ts";
+import type { TensorEntry } from "../checkpoint/types.ts";
 import { K3Error } from "../errors.ts";
 import type { Kernels } from "../kernels.ts";
 import { CBuffers } from "../model/cmem.ts";
 import { ALIGN, buildReadPlan, type ReadPlan } from "./readplan.ts";
-import { trunkUnitEntries } from "./units.ts";
+import { trunkUnitEntries, unitName } from "./units.ts";
 
 export const CHECKSUM_FILE = "k3-checksums.json";
-/** -2: CRC-32C per expert and trunk unit (-1 was the zlib CRC-32). */
-const CHECKSUM_FORMAT = "k3-checksums-2";
+/** -3: embedding rows, and each shard tied by header hash + size + mtime (-2: experts and trunk
+ *  units, shards matched by size only; -1: zlib CRC-32). */
+const CHECKSUM_FORMAT = "k3-checksums-3";
+/** Embedding rows read per block while recording (bounded buffer: 512 rows = 7.3 MB for K3). */
+const EMBED_BLOCK_ROWS = 512;
+/** Mismatches listed in one error (the rest are counted). */
+const MAX_LISTED = 30;
 
 export interface ShardCheck {
   file: string;
@@ -30,6 +48,26 @@ export interface Checksums {
   experts: Map<string, number>;
   /** trunk unit (layer index; numLayers = head) → CRC-32C of its payload, in read-plan order. */
   trunk: Map<number, number>;
+  /** Token id → CRC-32C of its embedding row (hidden × bf16). */
+  embedRows: Uint32Array;
+}
+
+/** What a checksum file is tied to, per shard: any change to these and the record is stale. */
+interface ShardStamp {
+  file: string; // name inside the model folder
+  bytes: number;
+  mtimeMs: number;
+  headerHash: string;
+}
+
+export interface VerifyResult {
+  dir: string;
+  shards: ShardCheck[];
+  tensors: number;
+  /** Set with `record`: where the checksums went and how many were written. */
+  recorded?: { path: string; experts: number; trunkUnits: number; embedRows: number; ms: number };
+  /** Set without `record` when checksums were recorded: every one was read again and matched. */
+  checked?: { path: string; experts: number; trunkUnits: number; embedRows: number; ms: number };
 }
 
 /** Each shard's size must be exactly the end of its data section (no truncation, no splice). */
@@ -42,17 +80,86 @@ export function checkShardSizes(ckpt: Checkpoint): ShardCheck[] {
   });
 }
 
-/** Where the checksums of a model live: next to it, or in the cache when the folder is read-only. */
-export function checksumPath(dir: string, forWrite: boolean): string {
-  const local = join(dir, CHECKSUM_FILE);
-  const cache = join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "k3", "checksums", `${Bun.hash(resolve(dir)).toString(16)}.json`);
-  if (!forWrite) return existsSync(local) ? local : cache;
-  try {
-    accessSync(dir, constants.W_OK);
-    return local;
-  } catch {
-    return cache;
+function localPath(ckpt: Checkpoint): string {
+  return join(ckpt.dir, CHECKSUM_FILE);
+}
+
+function cachedPath(ckpt: Checkpoint): string {
+  return join(cachePath("checksums"), `${Bun.hash(ckpt.dir).toString(16)}.json`);
+}
+
+/** Where the checksums of a model may be: next to it (not for a download), then the cache. */
+function candidatePaths(ckpt: Checkpoint): string[] {
+  return ckpt.download ? [cachedPath(ckpt)] : [localPath(ckpt), cachedPath(ckpt)];
+}
+
+function stamps(ckpt: Checkpoint): ShardStamp[] {
+  // Whole milliseconds: tools that copy with times kept (cp -p, rsync -t) do not all keep nanoseconds.
+  return ckpt.shards.map((s) => ({ file: basename(s.file), bytes: s.bytes, mtimeMs: Math.trunc(statSync(s.file).mtimeMs), headerHash: s.headerHash }));
+}
+
+/** Why a recorded stamp list does not describe the shards now, or null when it does. */
+function staleReason(recorded: unknown, now: ShardStamp[]): string | null {
+  if (!Array.isArray(recorded)) return "it lists no shards";
+  const byName = new Map<string, ShardStamp>(recorded.map((s: ShardStamp) => [s?.file, s]));
+  for (const s of now) {
+    const r = byName.get(s.file);
+    if (!r) return `${s.file} was not recorded`;
+    if (r.bytes !== s.bytes) return `${s.file} is ${s.bytes} bytes, recorded at ${r.bytes}`;
+    if (r.headerHash !== s.headerHash) return `${s.file}'s header changed`;
+    if (r.mtimeMs !== s.mtimeMs) return `${s.file} was modified after the checksums were recorded`;
   }
+  if (byName.size !== now.length) return "the model has other shards now";
+  return null;
+}
+
+/** The recorded checksums of a model, or null when none were recorded. Refuses (VERIFY) a file
+ *  recorded for other shard bytes or by an older k3. */
+export function findChecksums(ckpt: Checkpoint): { path: string; sums: Checksums } | null {
+  const now = stamps(ckpt);
+  let problem: K3Error | null = null;
+  for (const path of candidatePaths(ckpt)) {
+    if (!existsSync(path)) continue;
+    try {
+      return { path, sums: parseChecksumFile(path, ckpt, now) };
+    } catch (e) {
+      problem ??= e as K3Error; // the first location's problem; a later match still wins
+    }
+  }
+  if (problem) throw problem;
+  return null;
+}
+
+function parseChecksumFile(path: string, ckpt: Checkpoint, now: ShardStamp[]): Checksums {
+  const again = `re-run \`k3 verify ${ckpt.dir} --record\``;
+  let body: any;
+  try {
+    body = JSON.parse(readFileSync(path, "utf8"));
+  } catch (err) {
+    throw new K3Error("VERIFY", `${path}: not a k3 checksum file (${(err as Error).message}): ${again}`);
+  }
+  if (body?.format === "k3-checksums-1" || body?.format === "k3-checksums-2")
+    throw new K3Error("VERIFY", `${path} was recorded by an older k3 (no embedding rows, shards matched by size only): ${again}`);
+  if (body?.format !== CHECKSUM_FORMAT) throw new K3Error("VERIFY", `${path}: not a k3 checksum file: ${again}`);
+  const stale = staleReason(body.shards, now);
+  if (stale) throw new K3Error("VERIFY", `${path} was recorded for other shard bytes (${stale}): ${again}`);
+  const cfg = ckpt.config;
+  const rows = typeof body.embedRows === "string" ? Buffer.from(body.embedRows, "base64") : Buffer.alloc(0);
+  if (rows.byteLength !== cfg.vocab * 4) throw new K3Error("VERIFY", `${path}: damaged (embedding rows: ${rows.byteLength / 4} checksums for a vocabulary of ${cfg.vocab}): ${again}`);
+  const embedRows = new Uint32Array(cfg.vocab);
+  for (let i = 0; i < cfg.vocab; i++) embedRows[i] = rows.readUInt32LE(4 * i);
+  return {
+    experts: new Map(Object.entries(body.experts ?? {}).map(([k, v]) => [k, Number(v)])),
+    trunk: new Map(Object.entries(body.trunk ?? {}).map(([k, v]) => [Number(k), Number(v)])),
+    embedRows,
+  };
+}
+
+/** The recorded checksums `run --verify` checks against; refuses when none exist or they are stale. */
+export function loadChecksums(ckpt: Checkpoint): Checksums {
+  const found = findChecksums(ckpt);
+  if (!found) throw new K3Error("VERIFY", `no checksums recorded for ${ckpt.dir}: run \`k3 verify ${ckpt.dir} --record\` first`);
+  return found.sums;
 }
 
 /** CRC-32C of a read plan's payload inside a buffer (the bytes the model will use). CRC-32C, not
@@ -64,8 +171,16 @@ export function payloadCrc(k: Kernels, plan: ReadPlan, base: number): number {
   return crc;
 }
 
-/** Read every expert and trunk unit once and record their CRC-32s. */
-export function recordChecksums(k: Kernels, ckpt: Checkpoint, onProgress?: (done: number, total: number) => void): { path: string; sums: Checksums } {
+/** `run --verify` for one embedding row: `ptr` holds the row's `bytes` (hidden × 2) as read. */
+export function checkEmbedRow(k: Kernels, sums: Checksums, id: number, ptr: number, bytes: number): void {
+  const crc = k.k3_crc32c(0, ptr as any, bytes);
+  const want = sums.embedRows[id];
+  if (crc !== want)
+    throw new K3Error("VERIFY", `embedding row ${id} (${LM_MODEL_PREFIX}embed_tokens.weight) fails its checksum: read ${crc.toString(16)}, recorded ${want === undefined ? "nothing" : want.toString(16)}`);
+}
+
+/** Read every trunk unit, routed expert and embedding row once; their CRC-32Cs. */
+export function computeChecksums(k: Kernels, ckpt: Checkpoint, onProgress?: (done: number, total: number) => void): Checksums {
   const cfg = ckpt.config;
   const mem = new CBuffers(k);
   const fds = new Map<string, number>();
@@ -78,67 +193,129 @@ export function recordChecksums(k: Kernels, ckpt: Checkpoint, onProgress?: (done
     }
     return d;
   };
-  const sums: Checksums = { experts: new Map(), trunk: new Map() };
+  const embed = ckpt.tensors.get(`${LM_MODEL_PREFIX}embed_tokens.weight`);
+  if (!embed) throw new K3Error("CHECKPOINT", "embed_tokens.weight is missing");
+  const rowBytes = cfg.hidden * 2;
+  const sums: Checksums = { experts: new Map(), trunk: new Map(), embedRows: new Uint32Array(cfg.vocab) };
   try {
     const units = trunkUnitEntries(ckpt).map((list) => buildReadPlan(list));
     const experts: [number, number][] = [];
     for (let L = cfg.firstKDense; L < cfg.numLayers; L++) for (let e = 0; e < cfg.numExperts; e++) experts.push([L, e]);
-    const total = units.length + experts.length;
-    const largest = Math.max(...units.map((p) => p.slotBytes), Math.ceil(ckpt.layout.census.expertBytes / ALIGN) * ALIGN + 7 * ALIGN);
+    // Embedding rows in blocks: one read each, a CRC per row inside it.
+    const blocks: { first: number; rows: number; plan: ReadPlan }[] = [];
+    for (let first = 0; first < cfg.vocab; first += EMBED_BLOCK_ROWS) {
+      const rows = Math.min(EMBED_BLOCK_ROWS, cfg.vocab - first);
+      const part: TensorEntry = { ...embed, offset: embed.offset + first * rowBytes, bytes: rows * rowBytes, shape: [rows, cfg.hidden] };
+      blocks.push({ first, rows, plan: buildReadPlan([part]) });
+    }
+    const total = units.length + experts.length + blocks.length;
+    const expertSlot = Math.ceil(ckpt.layout.census.expertBytes / ALIGN) * ALIGN + 7 * ALIGN;
+    const largest = Math.max(expertSlot, ...units.map((p) => p.slotBytes), ...blocks.map((b) => b.plan.slotBytes));
     const buf = mem.alloc(largest, "verify buffer", ALIGN);
     const readAll = (plan: ReadPlan, what: string) => {
       for (const r of plan.reads) {
         const res = Number(k.k3_read_full(fd(r.file), (buf.ptr + r.dst) as any, r.len, r.off, r.need));
         if (res < r.need) throw new K3Error("IO", `short or failed read of ${what}: ${r.file} at offset ${r.off} (result ${res})`);
       }
-      return payloadCrc(k, plan, buf.ptr);
     };
     let done = 0;
     units.forEach((plan, u) => {
-      sums.trunk.set(u, readAll(plan, u === cfg.numLayers ? "the head" : `layer ${u}'s trunk`));
+      readAll(plan, u === cfg.numLayers ? "the head" : `layer ${u}'s trunk`);
+      sums.trunk.set(u, payloadCrc(k, plan, buf.ptr));
       onProgress?.(++done, total);
     });
     for (const [L, e] of experts) {
       const plan = buildReadPlan(expertTensorNames(L, e).map((n) => ckpt.tensors.get(n)!));
-      sums.experts.set(`${L}:${e}`, readAll(plan, `expert ${e} of layer ${L}`));
+      readAll(plan, `expert ${e} of layer ${L}`);
+      sums.experts.set(`${L}:${e}`, payloadCrc(k, plan, buf.ptr));
+      onProgress?.(++done, total);
+    }
+    for (const b of blocks) {
+      readAll(b.plan, `embedding rows ${b.first}..${b.first + b.rows - 1}`);
+      const r = b.plan.reads[0]!; // one tensor range: one read
+      const at = buf.ptr + r.dst + (r.need - r.payload);
+      for (let i = 0; i < b.rows; i++) sums.embedRows[b.first + i] = k.k3_crc32c(0, (at + i * rowBytes) as any, rowBytes);
       onProgress?.(++done, total);
     }
   } finally {
     for (const d of fds.values()) k.k3_file_close(d);
     mem.free();
   }
-  const path = checksumPath(ckpt.dir, true);
-  mkdirSync(join(path, ".."), { recursive: true });
-  const body = {
-    format: CHECKSUM_FORMAT,
-    model: resolve(ckpt.dir),
-    shards: ckpt.shards.map((s) => ({ file: s.file, bytes: s.bytes })),
-    trunk: Object.fromEntries(sums.trunk),
-    experts: Object.fromEntries(sums.experts),
-  };
-  const tmp = `${path}.${process.pid}.tmp`;
-  writeFileSync(tmp, JSON.stringify(body));
-  renameSync(tmp, path);
-  return { path, sums };
+  return sums;
 }
 
-/** The recorded checksums of a model; refuses when none exist or they belong to other shards. */
-export function loadChecksums(ckpt: Checkpoint): Checksums {
-  const path = checksumPath(ckpt.dir, false);
-  if (!existsSync(path)) throw new K3Error("VERIFY", `no checksums recorded for ${ckpt.dir}: run \`k3 verify ${ckpt.dir} --record\` first`);
-  let body: any;
-  try {
-    body = JSON.parse(readFileSync(path, "utf8"));
-  } catch (err) {
-    throw new K3Error("VERIFY", `${path}: not a k3 checksum file (${(err as Error).message})`);
+/** Write the checksum file: next to the model, else (that failed, or a download) the cache
+ *  folder. A failed write removes its temp file; when every location fails, one error names each. */
+function writeChecksumFile(ckpt: Checkpoint, sums: Checksums): string {
+  const rows = Buffer.alloc(sums.embedRows.length * 4);
+  sums.embedRows.forEach((c, i) => rows.writeUInt32LE(c, 4 * i));
+  const text = JSON.stringify({
+    format: CHECKSUM_FORMAT,
+    model: ckpt.dir,
+    shards: stamps(ckpt),
+    trunk: Object.fromEntries(sums.trunk),
+    experts: Object.fromEntries(sums.experts),
+    embedRows: rows.toString("base64"),
+  });
+  const failures: string[] = [];
+  for (const path of candidatePaths(ckpt)) {
+    const tmp = `${path}.${process.pid}.tmp`;
+    try {
+      if (path !== localPath(ckpt)) ensureCacheDir("checksums");
+      writeFileSync(tmp, text);
+      renameSync(tmp, path);
+      return path;
+    } catch (e) {
+      rmSync(tmp, { force: true }); // a full disk must not leave a partial file behind
+      failures.push(e instanceof K3Error ? e.message : `${path}: ${(e as Error).message}`);
+    }
   }
-  if (body?.format === "k3-checksums-1") throw new K3Error("VERIFY", `${path} was recorded by an older k3 (CRC-32): re-run \`k3 verify ${ckpt.dir} --record\``);
-  if (body?.format !== CHECKSUM_FORMAT) throw new K3Error("VERIFY", `${path}: not a k3 checksum file`);
-  const recorded = new Map<string, number>((body.shards ?? []).map((s: any) => [s.file, s.bytes]));
-  for (const s of ckpt.shards)
-    if (recorded.get(s.file) !== s.bytes) throw new K3Error("VERIFY", `${path} was recorded for other shards (${s.file} changed): re-run k3 verify --record`);
-  return {
-    experts: new Map(Object.entries(body.experts ?? {}).map(([k, v]) => [k, Number(v)])),
-    trunk: new Map(Object.entries(body.trunk ?? {}).map(([k, v]) => [Number(k), Number(v)])),
-  };
+  throw new K3Error("IO", "cannot write the checksums", [...failures, "free some space, or set XDG_CACHE_HOME to a writable folder with room"]);
+}
+
+function mismatches(ckpt: Checkpoint, want: Checksums, got: Checksums): string[] {
+  const cfg = ckpt.config;
+  const out: string[] = [];
+  for (const [u, crc] of got.trunk)
+    if (want.trunk.get(u) !== crc) out.push(`the trunk of ${unitName(u, cfg.numLayers)}: read ${crc.toString(16)}, recorded ${want.trunk.get(u)?.toString(16) ?? "nothing"}`);
+  for (const [key, crc] of got.experts)
+    if (want.experts.get(key) !== crc) {
+      const [L, e] = key.split(":").map(Number) as [number, number];
+      out.push(`expert ${e} of layer ${L} (${expertTensorNames(L, e)[0]}, …): read ${crc.toString(16)}, recorded ${want.experts.get(key)?.toString(16) ?? "nothing"}`);
+    }
+  for (let id = 0; id < got.embedRows.length; id++)
+    if (want.embedRows[id] !== got.embedRows[id])
+      out.push(`embedding row ${id} (${LM_MODEL_PREFIX}embed_tokens.weight): read ${got.embedRows[id]!.toString(16)}, recorded ${want.embedRows[id]!.toString(16)}`);
+  return out;
+}
+
+/**
+ * `k3 verify`: every shard against its header; with `record`, read everything and record the
+ * checksums; without, read everything again and compare with what was recorded (if anything
+ * was). Throws K3Error VERIFY listing what differs, or when the record is stale.
+ */
+export function verifyCheckpoint(k: Kernels, ckpt: Checkpoint, opts: { record?: boolean; onProgress?: (done: number, total: number) => void } = {}): VerifyResult {
+  const shards = checkShardSizes(ckpt);
+  const bad = shards.filter((s) => !s.ok);
+  if (bad.length)
+    throw new K3Error("CHECKPOINT", `${bad.length} shard(s) do not match their headers`, bad.map((s) => `${s.file}: ${s.bytes} bytes, header says ${s.expected}`));
+  const result: VerifyResult = { dir: ckpt.dir, shards, tensors: ckpt.tensors.size };
+  const recorded = opts.record ? null : findChecksums(ckpt);
+  if (!opts.record && !recorded) return result;
+  const t0 = performance.now();
+  const sums = computeChecksums(k, ckpt, opts.onProgress);
+  const counts = { experts: sums.experts.size, trunkUnits: sums.trunk.size, embedRows: sums.embedRows.length };
+  if (opts.record) {
+    const path = writeChecksumFile(ckpt, sums);
+    result.recorded = { path, ...counts, ms: performance.now() - t0 };
+    return result;
+  }
+  const diff = mismatches(ckpt, recorded!.sums, sums);
+  if (diff.length)
+    throw new K3Error("VERIFY", `${ckpt.dir}: ${diff.length} checksum(s) differ from those recorded in ${recorded!.path}`, [
+      ...diff.slice(0, MAX_LISTED),
+      ...(diff.length > MAX_LISTED ? [`… and ${diff.length - MAX_LISTED} more`] : []),
+    ]);
+  result.checked = { path: recorded!.path, ...counts, ms: performance.now() - t0 };
+  return result;
 }

@@ -4,7 +4,7 @@
 import { defineCommand } from "citty";
 import { K3Error } from "../../errors.ts";
 import { readOneInput } from "./tokenize.ts";
-import { Tokenizer } from "../../engine.ts";
+import { resolveModelFolder, Tokenizer } from "../../engine.ts";
 
 /** Ids from the accepted spellings; throws USAGE on anything else. */
 export function parseIds(input: string): number[] {
@@ -36,7 +36,7 @@ export default defineCommand({
     file: { type: "string", description: "read the ids from this file" },
   },
   async run({ args }) {
-    const tok = Tokenizer.load(args.dir);
+    const tok = Tokenizer.load(resolveModelFolder(args.dir).dir); // a Hugging Face repo folder: its snapshot
     const ids = parseIds(await readOneInput(args.ids, args.file, "ids"));
     process.stdout.write(tok.decode(ids));
   },

@@ -1,6 +1,5 @@
 // `k3 serve`: an OpenAI-compatible HTTP server (docs/SERVER.md). Runs until SIGINT / SIGTERM.
 import { defineCommand } from "citty";
-import { basename, resolve } from "node:path";
 import { Engine } from "../../engine.ts";
 import { K3Error } from "../../errors.ts";
 import { log } from "../../log.ts";
@@ -16,7 +15,7 @@ export default defineCommand({
     port: { type: "string", description: "port (default 8080; 0 picks a free one)" },
     "api-key": { type: "string", description: "require Authorization: Bearer KEY (default: $K3_API_KEY, else no key)" },
     queue: { type: "string", description: "requests that may wait while one generates (default 16); more get 503" },
-    "model-name": { type: "string", description: "model id for clients (default: the model directory's name)" },
+    "model-name": { type: "string", description: "model id for clients (default: the model directory's name; a Hugging Face download's repo id)" },
     alias: { type: "string", description: "another name clients may use for the model (repeatable; names match in any case)" },
     cors: { type: "string", description: "allow browser pages from this origin (repeatable), or '*' for any (default: none)" },
     ...engineArgs,
@@ -29,14 +28,14 @@ export default defineCommand({
     const host = args.host ?? "127.0.0.1";
     // A key on the command line is visible in `ps`; the environment variable is the quieter way.
     const apiKey = args["api-key"] ?? process.env.K3_API_KEY;
-    const modelName = args["model-name"] ?? basename(resolve(dir));
-
     // citty keeps only the last value of a repeated flag: read every one from the raw arguments.
     const aliases = repeated(rawArgs, "--alias");
     const cors = repeated(rawArgs, "--cors");
     checkOrigins(cors); // before the (long) model open
 
     const engine = Engine.open(dir, engineOptions(args));
+    // The folder's name, or a Hugging Face download's repo id ("moonshotai/Kimi-K3").
+    const modelName = args["model-name"] ?? engine.name;
     if (!engine.tokenizerDir) log.warn(`${dir} has no tokenizer: only /v1/completions with token-id prompts will work`);
     let server;
     try {

@@ -4,7 +4,7 @@
 import { readFileSync } from "node:fs";
 import { defineCommand } from "citty";
 import { K3Error } from "../../errors.ts";
-import { Tokenizer } from "../../engine.ts";
+import { resolveModelFolder, Tokenizer } from "../../engine.ts";
 
 export default defineCommand({
   meta: { name: "tokenize", description: "Print the token ids of a text (special tokens disabled unless --specials)" },
@@ -16,7 +16,7 @@ export default defineCommand({
     specials: { type: "boolean", description: "recognise special token names such as <|open|> (chat debugging)" },
   },
   async run({ args }) {
-    const tok = Tokenizer.load(args.dir);
+    const tok = Tokenizer.load(resolveModelFolder(args.dir).dir); // a Hugging Face repo folder: its snapshot
     const text = await readOneInput(args.text, args.file, "text");
     const ids = args.specials ? tok.encodeWithSpecials(text) : tok.encode(text);
     process.stdout.write(args.json ? `${JSON.stringify({ ids })}\n` : `${ids.join(" ")}\n`);

@@ -1,5 +1,6 @@
-// `k3 verify DIR [--record]`: shard sizes against headers; --record writes a CRC-32C per expert and
-// per trunk unit so that `run --verify` can check every read.
+// `k3 verify DIR [--record]`: every shard against its header; --record writes a CRC-32C per trunk
+// unit, routed expert and embedding row so that `run --verify` can check every read; without
+// --record, checksums recorded earlier are all read again and compared.
 import { defineCommand } from "citty";
 import { verifyModel } from "../../engine.ts";
 import { log } from "../../log.ts";
@@ -7,10 +8,10 @@ import { formatBytes, resolveModelDir } from "../common.ts";
 import { barProgress } from "../progress.ts";
 
 export default defineCommand({
-  meta: { name: "verify", description: "Check every shard against its header; --record checksums every expert and trunk unit" },
+  meta: { name: "verify", description: "Check every shard against its header and what --record recorded; --record checksums everything a token can read" },
   args: {
     model: { type: "positional", required: false, description: "model directory (default: $K3_MODEL)" },
-    record: { type: "boolean", description: "read everything once and record CRC-32Cs for `run --verify`" },
+    record: { type: "boolean", description: "read everything once and record CRC-32Cs (trunk, experts, embedding rows) for `run --verify`" },
     json: { type: "boolean", description: "print the result as JSON" },
   },
   run({ args }) {
@@ -23,7 +24,10 @@ export default defineCommand({
     }
     const bytes = r.shards.reduce((a, s) => a + s.bytes, 0);
     process.stdout.write(`${r.shards.length} shards (${formatBytes(bytes)}), ${r.tensors} language-model tensors: sizes match their headers\n`);
-    if (r.recorded) process.stdout.write(`recorded ${r.recorded.experts} expert and ${r.recorded.trunkUnits} trunk checksums in ${(r.recorded.ms / 1000).toFixed(1)} s → ${r.recorded.path}\n`);
-    else log.info("add --record to checksum every expert and trunk unit (then `k3 run --verify` checks each read)");
+    const c = r.recorded ?? r.checked;
+    const what = c && `${c.trunkUnits} trunk, ${c.experts} expert and ${c.embedRows} embedding-row checksums`;
+    if (r.recorded) process.stdout.write(`recorded ${what} in ${(r.recorded.ms / 1000).toFixed(1)} s → ${r.recorded.path}\n`);
+    else if (r.checked) process.stdout.write(`checked ${what} against ${r.checked.path} in ${(r.checked.ms / 1000).toFixed(1)} s: all match\n`);
+    else log.info("no checksums recorded: add --record to checksum everything a token can read (then `k3 verify` and `k3 run --verify` check against them)");
   },
 });
