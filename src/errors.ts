@@ -4,13 +4,13 @@ export type ErrorCode =
   | "USAGE" // bad command-line input (exit 2)
   | "CONTEXT" // the prompt does not fit the context limit (exit 2; the server's context_length_exceeded)
   | "CONFIG" // config.json missing/invalid fields (exit 2)
-  | "CHECKPOINT" // shard/tensor/layout problems (exit 1)
+  | "CHECKPOINT" // shard/tensor/layout problems (exit 4)
   | "BUDGET" // RAM budget below the floor (exit 3)
-  | "IO" // a read failed or came back short (exit 1)
-  | "VERIFY" // checksum mismatch (exit 1)
+  | "IO" // a read or write failed or came back short (exit 4)
+  | "VERIFY" // checksum mismatch (exit 4)
   | "TOKENIZER" // tokenizer missing or invalid (exit 2)
-  | "SESSION" // saved session does not match / is corrupt (exit 1)
-  | "INTERNAL";
+  | "SESSION" // saved session does not match / is corrupt (exit 4)
+  | "INTERNAL"; // a bug in k3 (exit 1)
 
 export class K3Error extends Error {
   constructor(
@@ -28,10 +28,11 @@ export const EXIT_CODES: Record<ErrorCode, number> = {
   CONTEXT: 2,
   CONFIG: 2,
   TOKENIZER: 2,
-  CHECKPOINT: 1,
-  IO: 1,
-  VERIFY: 1,
-  SESSION: 1,
+  // Bad model or data (a file k3 was given is wrong or unreadable): 4, so that 1 means a k3 bug.
+  CHECKPOINT: 4,
+  IO: 4,
+  VERIFY: 4,
+  SESSION: 4,
   BUDGET: 3,
   INTERNAL: 1,
 };

@@ -1,55 +1,21 @@
 // The compiled binary, run as a user runs it: spawned, reading stdout / stderr / exit code, piping
 // through a shell, and copied alone into an empty folder (no node_modules, no zig-out: the kernel
-// library and the demo's BPE table must be inside it).
-//
-// Which binary: dist/k3 when it is newer than every source file (`npm test` builds it first, in
-// pretest); otherwise a fresh build into a temp folder, so a stale dist/k3 is never what passes,
-// and this test never writes dist/ (other test files may be reading it).
+// library and the demo's BPE table must be inside it). Which binary: test/helpers/k3-binary.ts.
 import { beforeAll, describe, expect, test } from "bun:test";
-import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import pkg from "../package.json";
 import { Tokenizer } from "../src/engine.ts";
+import { compiledK3, ROOT, userEnv } from "./helpers/k3-binary.ts";
 
-const ROOT = resolve(import.meta.dir, "..");
 let bin: string;
 let tmp: string;
 
-function newestSource(): number {
-  let newest = 0;
-  const walk = (dir: string) => {
-    for (const e of readdirSync(dir, { withFileTypes: true })) {
-      const p = join(dir, e.name);
-      if (e.isDirectory()) walk(p);
-      else if (/\.(ts|json)$/.test(e.name)) newest = Math.max(newest, statSync(p).mtimeMs);
-    }
-  };
-  walk(join(ROOT, "src"));
-  walk(join(ROOT, "tools", "gen"));
-  newest = Math.max(newest, statSync(join(ROOT, "zig-out", "lib", "libkernels.so")).mtimeMs);
-  return newest;
-}
-
 beforeAll(() => {
   tmp = mkdtempSync(join(tmpdir(), "k3-binary-"));
-  const dist = join(ROOT, "dist", "k3");
-  if (existsSync(dist) && statSync(dist).mtimeMs >= newestSource()) {
-    bin = dist;
-    return;
-  }
-  bin = join(tmp, "build", "k3");
-  const b = Bun.spawnSync(
-    [process.execPath, "build", "--compile", "--minify", "--bytecode", "--format=esm", "./src/cli/main.ts", "--outfile", bin],
-    { cwd: ROOT, stdout: "pipe", stderr: "pipe" },
-  );
-  if (b.exitCode !== 0) throw new Error(`building the binary failed:\n${b.stderr.toString()}`);
+  bin = compiledK3();
 }, 120_000);
-
-/** A user's environment: a fresh HOME and cache, no $K3_MODEL. */
-function userEnv(home: string): Record<string, string> {
-  return { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: home, XDG_CACHE_HOME: join(home, ".cache"), NO_COLOR: "1" };
-}
 
 function k3(args: string[], opts: { stdin?: string; home?: string; cwd?: string; exe?: string } = {}) {
   const home = opts.home ?? join(tmp, "home");
@@ -124,10 +90,10 @@ describe("compiled k3", () => {
     expect(plain.out).toBe(`${reply.content}\n`);
   });
 
-  test("a bad model directory: exit 1, nothing on stdout, the path in the message", () => {
+  test("a bad model directory: exit 4, nothing on stdout, the path in the message", () => {
     const bad = join(tmp, "no-such-model");
     const r = k3(["run", bad, "--prompt", "hi"]);
-    expect(r.code).toBe(1);
+    expect(r.code).toBe(4);
     expect(r.out).toBe("");
     expect(r.err).toContain(bad);
     const usage = k3(["run", "--prompt", "hi", "--temperature", "-1"]);

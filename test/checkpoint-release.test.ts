@@ -81,11 +81,11 @@ describe("k3 info", () => {
     expect(r.out).toBe("");
     expect(r.err).toContain("text_config.num_experts_per_token");
   });
-  test("a checkpoint problem exits 1; usage mistakes exit 2", () => {
+  test("a checkpoint problem exits 4; usage mistakes exit 2", () => {
     const dir = tempDir("info-ck");
     writeCheckpoint(dir, { edit: (ts) => ts.slice(1) });
     const r = k3(["info", dir]);
-    expect(r.code).toBe(1);
+    expect(r.code).toBe(4);
     expect(r.err).toContain("embed_tokens.weight: missing");
     expect(k3(["info"]).code).toBe(2);
     expect(k3(["info", "--config", CONFIG]).code).toBe(2);

@@ -40,7 +40,7 @@ describe("options", () => {
   test("--no-<boolean> and --name=value forms are known options", () => {
     const r = k3(["run", "/nonexistent", "--prompt=hi", "--no-lookahead"]);
     expect(r.err).not.toContain("unknown option");
-    expect(r.code).toBe(1); // the model folder does not exist
+    expect(r.code).toBe(4); // the model folder does not exist
   });
 });
 

@@ -1,0 +1,50 @@
+// The compiled binary, for tests that run k3 as a user does (spawned, reading stdout / stderr /
+// exit code).
+//
+// Which binary: dist/k3 when it is newer than every source file (`npm test` builds it first, in
+// pretest); otherwise a fresh build into a temp folder, so a stale dist/k3 is never what passes,
+// and no test writes dist/ (other test files may be reading it). One build per test process.
+import { existsSync, mkdtempSync, readdirSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+
+export const ROOT = resolve(import.meta.dir, "../..");
+
+function newestSource(): number {
+  let newest = 0;
+  const walk = (dir: string) => {
+    for (const e of readdirSync(dir, { withFileTypes: true })) {
+      const p = join(dir, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (/\.(ts|json)$/.test(e.name)) newest = Math.max(newest, statSync(p).mtimeMs);
+    }
+  };
+  walk(join(ROOT, "src"));
+  walk(join(ROOT, "tools", "gen"));
+  newest = Math.max(newest, statSync(join(ROOT, "zig-out", "lib", "libkernels.so")).mtimeMs);
+  return newest;
+}
+
+let built: string | undefined;
+
+/** Path of a compiled k3 that is current with the sources (builds one when dist/k3 is stale). */
+export function compiledK3(): string {
+  if (built) return built;
+  const dist = join(ROOT, "dist", "k3");
+  if (existsSync(dist) && statSync(dist).mtimeMs >= newestSource()) return (built = dist);
+  const out = join(mkdtempSync(join(tmpdir(), "k3-build-")), "k3");
+  const b = Bun.spawnSync(
+    [process.execPath, "build", "--compile", "--minify", "--bytecode", "--format=esm", "./src/cli/main.ts", "--outfile", out],
+    { cwd: ROOT, stdout: "pipe", stderr: "pipe" },
+  );
+  if (b.exitCode !== 0) throw new Error(`building the binary failed:\n${b.stderr.toString()}`);
+  return (built = out);
+}
+
+/** A user's environment: this HOME and its cache, no $K3_MODEL, no colour. */
+export function userEnv(home: string, extra: Record<string, string> = {}): Record<string, string> {
+  return { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: home, XDG_CACHE_HOME: join(home, ".cache"), NO_COLOR: "1", ...extra };
+}
+
+/** A JavaScript stack frame on stderr ("    at fn (file:line:col)"): what a user must never see. */
+export const STACK_FRAME = /^\s+at .+[:(]/m;
