@@ -2,7 +2,7 @@
 // case is refused with a k3 error naming the file or field, the documented exit code (2 usage /
 // config, 4 bad model or data), nothing on stdout and no stack trace — never a hang, never ids
 // from the wrong bytes. docs/CHECKPOINT.md § "Bad input" lists the same cases.
-import { beforeAll, describe, expect, test } from "bun:test";
+import { beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { closeSync, cpSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync, utimesSync, writeFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { openCheckpoint } from "../src/checkpoint/catalogue.ts";
@@ -10,6 +10,8 @@ import { expertTensorNames, LM_MODEL_PREFIX } from "../src/checkpoint/shapes.ts"
 import { compiledK3, STACK_FRAME, userEnv } from "./helpers/k3-binary.ts";
 import { scratchDir, tinyModel } from "./helpers/models.ts";
 
+// Several spawns per test on a loaded 2-core machine; a hang is caught by the spawn guard first.
+setDefaultTimeout(120_000);
 let bin: string;
 let clean: string; // tiny-a, never modified
 let home: string;

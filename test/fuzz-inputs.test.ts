@@ -138,7 +138,9 @@ function mutateHeader(rng: Rng, dir: string): string {
   const f = join(dir, name);
   const b = readFileSync(f);
   const { n, header, data } = splitShard(b);
-  switch (rng.int(5)) {
+  // Weights (of 20): 4 a bit flip, 6 the length field, 3 the end of the file, 7 one tensor entry.
+  const roll = rng.int(20);
+  switch (roll < 4 ? 0 : roll < 10 ? 1 : roll < 13 ? 2 : 3) {
     case 0: {
       // A byte of the length field or the header JSON.
       const at = rng.int(8 + n);
@@ -148,9 +150,10 @@ function mutateHeader(rng: Rng, dir: string): string {
       return `${name}: bit flip at header byte ${at}`;
     }
     case 1: {
-      // The length field off by a little, the header padded so the JSON may still parse.
-      const pad = rng.int(8);
-      const delta = rng.pick([-3, -2, -1, 1, 2, 3]);
+      // The length field off by a little. Mostly short, over padding spaces, so the JSON still
+      // parses and only the tiling rule can tell the data section moved (the subtle case).
+      const delta = rng.int(4) ? -(1 + rng.int(3)) : 1 + rng.int(3);
+      const pad = Math.max(0, -delta) + rng.int(6);
       const padded = Buffer.concat([header, Buffer.alloc(pad, 0x20)]);
       writeFileSync(f, joinShard(padded.length + delta, padded, data));
       return `${name}: header padded by ${pad}, length field off by ${delta}`;

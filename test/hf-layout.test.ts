@@ -3,12 +3,14 @@
 // (picking the snapshot by refs/main, else the only one; several and no refs/main is refused),
 // names the model after the repo, and writes nothing inside the download: its catalogue cache and
 // checksums go to k3's cache folder.
-import { beforeAll, describe, expect, test } from "bun:test";
+import { beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { compiledK3, STACK_FRAME, userEnv } from "./helpers/k3-binary.ts";
 import { scratchDir, tinyModel } from "./helpers/models.ts";
 
+// Several spawns per test on a loaded 2-core machine; a hang is caught by the spawn guard first.
+setDefaultTimeout(120_000);
 let bin: string;
 let plain: string;
 const IDS = ["--ids", "5,6,7", "--gen", "4", "--threads", "1"];
