@@ -3,12 +3,12 @@
 // config, 4 bad model or data), nothing on stdout and no stack trace — never a hang, never ids
 // from the wrong bytes. docs/CHECKPOINT.md § "Bad input" lists the same cases.
 import { beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { closeSync, cpSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, rmSync, statSync, utimesSync, writeFileSync, writeSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { openCheckpoint } from "../src/checkpoint/catalogue.ts";
 import { expertTensorNames, LM_MODEL_PREFIX } from "../src/checkpoint/shapes.ts";
 import { compiledK3, STACK_FRAME, userEnv } from "./helpers/k3-binary.ts";
-import { scratchDir, tinyModel } from "./helpers/models.ts";
+import { flipByte, scratchDir, tinyModel } from "./helpers/models.ts";
 
 // Several spawns per test on a loaded 2-core machine; a hang is caught by the spawn guard first.
 setDefaultTimeout(120_000);
@@ -49,18 +49,6 @@ function copyModel(name: string): string {
 
 function shards(d: string): string[] {
   return readdirSync(d).filter((f) => f.endsWith(".safetensors")).sort();
-}
-
-/** Flip one byte in place and put the mtime back: silent corruption only checksums can see. */
-function flipByte(file: string, at: number): void {
-  const st = statSync(file);
-  const fd = openSync(file, "r+");
-  const b = Buffer.alloc(1);
-  readSync(fd, b, 0, 1, at);
-  b[0] = b[0]! ^ 0x5a;
-  writeSync(fd, b, 0, 1, at);
-  closeSync(fd);
-  utimesSync(file, st.atime, st.mtime);
 }
 
 function editConfig(d: string, edit: (j: any) => void): void {

@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import pkg from "../package.json";
 import { Tokenizer } from "../src/engine.ts";
-import { compiledK3, ROOT, userEnv } from "./helpers/k3-binary.ts";
+import { compiledK3, ROOT, serveUrl, userEnv } from "./helpers/k3-binary.ts";
 
 let bin: string;
 let tmp: string;
@@ -163,16 +163,7 @@ describe("compiled k3: the inspection and maintenance commands", () => {
     const dir = await tinyModel("tiny-a");
     const p = Bun.spawn([bin, "serve", dir, "--port", "0", "--threads", "1"], { env: userEnv(join(tmp, "serve-home")), stdout: "pipe", stderr: "pipe" });
     try {
-      const reader = p.stderr.getReader();
-      let text = "";
-      let url: string | undefined;
-      while (!url) {
-        const r = await reader.read();
-        if (r.done) throw new Error(`serve exited: ${text}`);
-        text += new TextDecoder().decode(r.value);
-        url = text.match(/http:\/\/127\.0\.0\.1:\d+/)?.[0];
-      }
-      reader.releaseLock();
+      const url = await serveUrl(p);
       expect((await fetch(`${url}/health`)).status).toBe(200);
       const res = await fetch(`${url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ prompt: [1, 2, 3], max_tokens: 3 }) });
       expect(res.status).toBe(200);

@@ -6,7 +6,7 @@
 import { beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { compiledK3, STACK_FRAME, userEnv } from "./helpers/k3-binary.ts";
+import { compiledK3, serveUrl, STACK_FRAME, userEnv } from "./helpers/k3-binary.ts";
 import { scratchDir, tinyModel } from "./helpers/models.ts";
 
 // Several spawns per test on a loaded 2-core machine; a hang is caught by the spawn guard first.
@@ -95,16 +95,7 @@ describe("Hugging Face cache layout", () => {
 
     const p = Bun.spawn([bin, "serve", repo, "--port", "0", "--threads", "1"], { env: userEnv(home), stdout: "pipe", stderr: "pipe" });
     try {
-      const reader = p.stderr.getReader();
-      let text = "";
-      let url: string | undefined;
-      while (!url) {
-        const r = await reader.read();
-        if (r.done) throw new Error(`serve exited: ${text}`);
-        text += new TextDecoder().decode(r.value);
-        url = /serving moonshotai\/Kimi-K3 at (http:\/\/127\.0\.0\.1:\d+)\/v1/.exec(text)?.[1];
-      }
-      reader.releaseLock();
+      const url = await serveUrl(p, /serving moonshotai\/Kimi-K3 at (http:\/\/127\.0\.0\.1:\d+)\/v1/);
       const models = (await (await fetch(`${url}/v1/models`)).json()) as { data: { id: string }[] };
       expect(models.data.map((m) => m.id)).toEqual(["moonshotai/Kimi-K3"]);
     } finally {

@@ -1,28 +1,15 @@
 // `k3 verify` and `--verify`: shard sizes against headers, recorded checksums, and a corrupted
 // expert that must stop generation with an error naming its tensors before any token comes out.
 import { describe, expect, test } from "bun:test";
-import { appendFileSync, closeSync, cpSync, openSync, readdirSync, readFileSync, readSync, statSync, utimesSync, writeSync } from "node:fs";
+import { appendFileSync, cpSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { openCheckpoint } from "../src/checkpoint/catalogue.ts";
 import { Engine, verifyModel } from "../src/engine.ts";
 import { expertTensorNames } from "../src/checkpoint/shapes.ts";
-import { scratchDir, tinyModel } from "./helpers/models.ts";
+import { flipByte, scratchDir, tinyModel } from "./helpers/models.ts";
 
 const PROMPT = [5, 17, 300, 42, 7, 99, 3, 250];
 const CLI = [process.execPath, "src/cli/main.ts"];
-
-/** Flip one byte in place and put the mtime back: silent corruption (bit rot, a bad copy that kept
- *  the times) that only the per-read checksums can catch. */
-function flipByte(file: string, at: number): void {
-  const st = statSync(file);
-  const fd = openSync(file, "r+");
-  const byte = Buffer.alloc(1);
-  readSync(fd, byte, 0, 1, at);
-  byte[0] = byte[0]! ^ 0x5a;
-  writeSync(fd, byte, 0, 1, at);
-  closeSync(fd);
-  utimesSync(file, st.atime, st.mtime);
-}
 
 function copyModel(name: string, src: string): string {
   const d = scratchDir(name);

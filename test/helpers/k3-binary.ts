@@ -46,5 +46,23 @@ export function userEnv(home: string, extra: Record<string, string> = {}): Recor
   return { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: home, XDG_CACHE_HOME: join(home, ".cache"), NO_COLOR: "1", ...extra };
 }
 
+/** Wait until a `k3 serve` process logs the URL it listens on (matched by `pattern`'s group 1,
+ *  or the whole match); throws with its stderr if it exits first. */
+export async function serveUrl(p: { stderr: ReadableStream<Uint8Array> }, pattern = /http:\/\/127\.0\.0\.1:\d+/): Promise<string> {
+  const reader = p.stderr.getReader();
+  let text = "";
+  try {
+    for (;;) {
+      const r = await reader.read();
+      if (r.done) throw new Error(`k3 serve exited:\n${text}`);
+      text += new TextDecoder().decode(r.value);
+      const m = pattern.exec(text);
+      if (m) return m[1] ?? m[0];
+    }
+  } finally {
+    reader.releaseLock();
+  }
+}
+
 /** A JavaScript stack frame on stderr ("    at fn (file:line:col)"): what a user must never see. */
 export const STACK_FRAME = /^\s+at .+[:(]/m;

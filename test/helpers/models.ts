@@ -1,6 +1,6 @@
 // Tiny test models, generated once per test process into a temp folder (deterministic: same
 // preset and seed give the same bytes, so every test file sees identical models).
-import { mkdtempSync, rmSync } from "node:fs";
+import { closeSync, mkdtempSync, openSync, readSync, rmSync, statSync, utimesSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { generateModel } from "../../tools/gen/generate.ts";
@@ -24,6 +24,19 @@ export function tinyModel(preset: string, opts: { seed?: number; breakLayout?: b
     made.set(key, p);
   }
   return p;
+}
+
+/** Flip one byte of a file in place and put its mtime back: silent corruption (bit rot, a bad
+ *  copy that kept the times) that only checksums can see. */
+export function flipByte(file: string, at: number): void {
+  const st = statSync(file);
+  const fd = openSync(file, "r+");
+  const b = Buffer.alloc(1);
+  readSync(fd, b, 0, 1, at);
+  b[0] = b[0]! ^ 0x5a;
+  writeSync(fd, b, 0, 1, at);
+  closeSync(fd);
+  utimesSync(file, st.atime, st.mtime);
 }
 
 /** A copy of a model directory that a test may damage. */
