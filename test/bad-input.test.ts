@@ -205,6 +205,18 @@ describe("k3 verify checks what was recorded (item 5)", () => {
   });
 });
 
+describe("run --verify covers embedding rows (item 3)", () => {
+  test("a flipped byte in the row of a prompt token stops generation naming the row, before any token", () => {
+    const d = copyModel("verify-embed");
+    expect(k3(["verify", d, "--record"]).code).toBe(0);
+    const ck = openCheckpoint(d);
+    const embed = ck.tensors.get(`${LM_MODEL_PREFIX}embed_tokens.weight`)!;
+    flipByte(embed.file, embed.offset + 6 * ck.config.hidden * 2 + 11); // token 6 of --ids 5,6,7
+    // Before the fix: different ids, exit 0 (an expert byte was caught, an embedding byte not).
+    expectRefused(k3(["run", d, ...IDS, "--verify"]), 4, `embedding row 6 (${LM_MODEL_PREFIX}embed_tokens.weight) fails its checksum`);
+  });
+});
+
 describe("verify --record when the model folder cannot take the file (item 12)", () => {
   test("a full disk everywhere: a clear error, no *.tmp left in the model folder or the cache", () => {
     const d = copyModel("full-disk");

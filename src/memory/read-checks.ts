@@ -2,7 +2,7 @@
 // `k3 verify --record` wrote (src/memory/verify.ts), before the model sees a byte. One hook per
 // kind of read; each throws K3Error VERIFY naming what failed, and counts the time it took.
 import type { Checkpoint } from "../checkpoint/catalogue.ts";
-import { expertTensorNames } from "../checkpoint/shapes.ts";
+import { expertTensorNames, LM_MODEL_PREFIX } from "../checkpoint/shapes.ts";
 import { K3Error } from "../errors.ts";
 import type { Kernels } from "../kernels.ts";
 import type { Addr } from "../model/cmem.ts";
@@ -52,9 +52,11 @@ export function checksumChecks(k: Kernels, ckpt: Checkpoint, sums: Checksums): R
       if (want === undefined || crc !== want)
         throw new K3Error("VERIFY", `expert ${e} of layer ${layer} (${expertTensorNames(layer, e).join(", ")}) fails its checksum: read ${hex(crc)}, recorded ${hex(want)}`);
     },
-    embedRow() {
-      // Not covered yet: `k3 verify --record` records no embedding rows (issue 9 item 3 adds
-      // them; the row and its id are here for that check).
+    embedRow(id, row, bytes) {
+      const crc = timed(() => k.k3_crc32c(0, row, bytes));
+      const want = sums.embedRows[id];
+      if (want === undefined || crc !== want)
+        throw new K3Error("VERIFY", `embedding row ${id} (${LM_MODEL_PREFIX}embed_tokens.weight) fails its checksum: read ${hex(crc)}, recorded ${hex(want)}`);
     },
   };
 }

@@ -8,8 +8,8 @@
 //    routed expert and per embedding row, tied to the exact shard bytes it was computed from
 //    (each shard's header hash, size and mtime);
 //  - `k3 verify` without `--record` reads everything again and compares with what was recorded;
-//  - `run --verify` compares every read during generation (the trunk and experts in stream.ts,
-//    each embedding row through `checkEmbedRow`).
+//  - `run --verify` compares every read during generation: trunk units, experts and embedding
+//    rows alike (read-checks.ts).
 //
 // Where the file lives: `k3-checksums.json` next to the model when that folder can take it, else
 // (read-only folder, full disk, a Hugging Face download k3 must not write into) in k3's cache
@@ -169,14 +169,6 @@ export function payloadCrc(k: Kernels, plan: ReadPlan, base: number): number {
   let crc = 0;
   for (const r of plan.reads) crc = k.k3_crc32c(crc, (base + r.dst + (r.need - r.payload)) as any, r.payload);
   return crc;
-}
-
-/** `run --verify` for one embedding row: `ptr` holds the row's `bytes` (hidden × 2) as read. */
-export function checkEmbedRow(k: Kernels, sums: Checksums, id: number, ptr: number, bytes: number): void {
-  const crc = k.k3_crc32c(0, ptr as any, bytes);
-  const want = sums.embedRows[id];
-  if (crc !== want)
-    throw new K3Error("VERIFY", `embedding row ${id} (${LM_MODEL_PREFIX}embed_tokens.weight) fails its checksum: read ${crc.toString(16)}, recorded ${want === undefined ? "nothing" : want.toString(16)}`);
 }
 
 /** Read every trunk unit, routed expert and embedding row once; their CRC-32Cs. */
