@@ -62,9 +62,9 @@ describe("non-finite logits are refused, naming the step", () => {
     expect(r.error?.message).toMatch(/not finite/);
   });
 
-  test("k3 run --ids on that model exits 1 with the error, printing no ids", () => {
+  test("k3 run --ids on that model exits 4 (bad model data) with the error, printing no ids", () => {
     const p = Bun.spawnSync([...CLI, "run", finalNorm, "--ids", PROMPT.join(","), "--gen", "6", "--threads", "1"], { stdin: "ignore", env: { ...process.env, NO_COLOR: "1" } });
-    expect(p.exitCode).toBe(1);
+    expect(p.exitCode).toBe(4);
     expect(p.stdout.toString().trim()).toBe("");
     expect(p.stderr.toString()).toMatch(/not finite/);
     expect(p.stderr.toString()).not.toMatch(/\n\s+at /); // no stack trace
