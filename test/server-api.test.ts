@@ -272,19 +272,18 @@ describe("an engine that refuses to answer (all logits NaN)", () => {
     const res = await post(`${s.url}/v1/completions`, { prompt: [5, 6, 7], max_tokens: 6, temperature });
     expect(res.status).toBe(500);
     const e = await errorOf(res);
-    expect(e.type).toBe("server_error");
-    expect(e.message).toMatch(/NaN|non-finite/);
+    expect(e).toMatchObject({ type: "server_error", code: "checkpoint" });
+    expect(e.message).toStartWith("the model's logits after the prompt (position 3) are not finite: 1024 NaN");
     const events = await readSse(await post(`${s.url}/v1/chat/completions`, { messages: user("hi"), max_tokens: 6, temperature, stream: true }));
-    expect(events.at(-1)!.data.error.message).toMatch(/NaN|non-finite/);
+    expect(events.at(-1)!.data.error).toMatchObject({ type: "server_error", code: "checkpoint" });
+    expect(events.at(-1)!.data.error.message).toMatch(/^the model's logits after the prompt \(position \d+\) are not finite/);
     expect(events.some((ev) => ev.data === "[DONE]")).toBe(false);
     expect(events.some((ev) => ev.data.choices?.[0]?.delta?.content || ev.data.choices?.[0]?.delta?.reasoning_content)).toBe(false);
     expect((await fetch(`${s.url}/health`)).status).toBe(200);
   }
 
-  test("sampled: a 500 error naming the problem; streamed: an error event, no [DONE]", () => refusesToAnswer(1));
-  // Greedy answers the same way once the engine's argmax refuses all-NaN logits (issue 9 item 1,
-  // engineer "core"); until then k3_argmax returns token 0 and this fails (run with --todo).
-  test.todo("greedy: a 500 error naming the step, never token 0; streamed: an error event, no [DONE]", () => refusesToAnswer(0));
+  test("greedy: a 500 error naming the step, never token 0; streamed: an error event, no [DONE]", () => refusesToAnswer(0));
+  test("sampled: the same", () => refusesToAnswer(1));
 });
 
 test("greedy completions through the server equal the engine's direct greedy output (k3.token_ids too)", async () => {
