@@ -97,22 +97,26 @@ describe("streamCompletion", () => {
 describe("streamChat on the tiny model", () => {
   const convo: ChatMessage[] = [{ role: "user", content: "What is 2+2?" }];
 
-  test("a follow-up turn reuses the session's prefix and matches a fresh session exactly", () => {
+  test("a follow-up turn reuses the whole first turn and matches a fresh session exactly", () => {
+    // Random weights never end a reply, so the first turn is one that did end: its prompt and a
+    // complete reply (closed, <|end_of_msg|>) run through the model as the session's state.
+    const tok = engine.tokenizer();
+    const reply = "<|close|>think<|sep|><|open|>response<|sep|>four<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>";
     const session = engine.createSession();
-    const first = drain(streamChat(engine, session, convo, { maxTokens: 8 })).result;
-    expect(first.usage.cachedTokens).toBe(0);
-    const seen = session.tokens;
-    // Extend the conversation by exactly the tokens the session holds, then a new user turn: the
-    // rendered ids start with the session's tokens only if the renderer agrees with them; build
-    // the follow-up as "same messages + another user turn" with thinking prefix reuse checked by ids.
-    const follow: ChatMessage[] = [...convo, { role: "assistant", content: first.content, reasoning_content: first.reasoning }, { role: "user", content: "And 3+3?" }];
-    const ids = chatPromptIds(engine.tokenizer(), follow, {});
+    engine.prefill(session, [...chatPromptIds(tok, convo, {}), ...tok.encodeWithSpecials(reply)]);
+    const held = session.tokens;
+    const follow: ChatMessage[] = [...convo, { role: "assistant", content: "four" }, { role: "user", content: "And 3+3?" }];
+    const ids = chatPromptIds(tok, follow, {});
+    expect(ids.slice(0, held.length)).toEqual(held); // the renderer reproduces the first turn
     const reused = drain(streamChat(engine, session, follow, { maxTokens: 8 })).result;
-    expect(reused.usage.cachedTokens).toBe(reusablePrefix(seen, ids));
+    expect(reused.usage.cachedTokens).toBe(held.length);
+    expect(held.length).toBeGreaterThan(20);
     const fresh = drain(streamChat(engine, engine.createSession(), follow, { maxTokens: 8 })).result;
+    expect(fresh.usage.cachedTokens).toBe(0);
     expect(reused.reasoning).toBe(fresh.reasoning);
     expect(reused.content).toBe(fresh.content);
     expect(reused.usage.completionTokens).toBe(fresh.usage.completionTokens);
+    expect(session.tokens.slice(0, ids.length)).toEqual(ids); // the session was extended, not reset
   });
 
   test("a session that already holds part of the prompt feeds only the rest, with the same reply", () => {

@@ -9,10 +9,8 @@
 import { afterEach, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { Engine } from "../src/engine.ts";
 import { K3Error } from "../src/errors.ts";
-import { openCheckpoint } from "../src/checkpoint/catalogue.ts";
-import { floorBytes, planInputFromCensus } from "../src/memory/plan.ts";
 import { PRESETS, usableRam } from "../src/memory/ram.ts";
-import { streamSlots } from "../src/memory/slots.ts";
+import { streamingBudget } from "./helpers/budgets.ts";
 import { tinyModel } from "./helpers/models.ts";
 
 setDefaultTimeout(120_000);
@@ -108,8 +106,7 @@ describe("the I/O pool is shared by every engine in the process", () => {
   });
 
   test("each engine counts its own reads and I/O wait", () => {
-    const ck = openCheckpoint(dir);
-    const ram = String(floorBytes(planInputFromCensus(ck.config, ck.layout.census, 0, 4096, 1, 32, streamSlots(ck)), 32)); // nothing pinned: open reads nothing
+    const ram = String(streamingBudget(dir)); // nothing pinned: open reads nothing
     const a = Engine.open(dir, { ram, threads: 1 });
     const b = Engine.open(dir, { ram, threads: 1 });
     try {

@@ -6,17 +6,16 @@
 import { describe, expect, setDefaultTimeout, test } from "bun:test";
 import { parseConfig, readConfig } from "../src/checkpoint/config.ts";
 import { computeCensus } from "../src/checkpoint/census.ts";
-import { openCheckpoint } from "../src/checkpoint/catalogue.ts";
 import type { ModelConfig } from "../src/checkpoint/types.ts";
 import { Engine } from "../src/engine.ts";
 import { loadKernels } from "../src/kernels.ts";
-import { floorBytes, planInputFromCensus, planMemory, type MemoryPlan } from "../src/memory/plan.ts";
-import { streamSlots } from "../src/memory/slots.ts";
+import { planInputFromCensus, planMemory, type MemoryPlan } from "../src/memory/plan.ts";
 import { Model } from "../src/model/forward.ts";
 import { SessionState } from "../src/model/state.ts";
 import type { WeightProvider } from "../src/model/weights.ts";
 import { buildConfigJson } from "../tools/gen/config-json.ts";
 import { PRESETS } from "../tools/gen/presets.ts";
+import { streamingBudget } from "./helpers/budgets.ts";
 import { tinyModel } from "./helpers/models.ts";
 
 setDefaultTimeout(120_000);
@@ -76,13 +75,11 @@ describe("an open engine allocates no more than its plan", () => {
   for (const broken of [false, true])
     test(`tiny-a${broken ? " (broken layout: several reads per unit)" : ""}: floor, two ring slots, everything × chunk 1, 8, 32`, async () => {
       const dir = await tinyModel("tiny-a", { breakLayout: broken });
-      const ck = openCheckpoint(dir);
       const over: string[] = [];
       for (const chunk of [1, 8, 32]) {
-        const input = planInputFromCensus(ck.config, ck.layout.census, 0, 256, 1, chunk, streamSlots(ck));
-        const floor = floorBytes(input, chunk);
-        const largest = Math.max(input.headBytes, ...input.trunkBytesPerLayer);
-        for (const ram of [floor, floor + 2 * largest + 4 * 4096, 2 ** 30]) {
+        const floor = streamingBudget(dir, { chunk, context: 256 });
+        const twoSlots = streamingBudget(dir, { chunk, context: 256, ringSlots: 2 });
+        for (const ram of [floor, twoSlots, 2 ** 30]) {
           const e = Engine.open(dir, { ram: String(ram), context: 256, chunk, threads: 1 });
           try {
             const s = e.createSession();

@@ -1,7 +1,7 @@
 // Failure paths found in review (each test fails on the code before its fix):
 //  - a server-sized expert cache asked for hundreds of distinct experts at once must not overflow
 //    the I/O queue;
-//  - a trunk layer landed by the lookahead is verified like any other read (--verify);
+//  - a trunk layer landed by the lookahead's peek is verified like any other read (--verify);
 //  - an error inside a forward pass marks the session, which refuses reuse until reset, and the
 //    conversation layer resets it (a retry gives the clean answer, never a wrong one);
 //  - closed sessions and engines refuse use instead of touching freed memory;
@@ -13,10 +13,11 @@ import { openCheckpoint } from "../src/checkpoint/catalogue.ts";
 import { streamCompletion } from "../src/conversation.ts";
 import { Engine, verifyModel } from "../src/engine.ts";
 import { loadKernels } from "../src/kernels.ts";
-import { floorBytes, planInputFromCensus } from "../src/memory/plan.ts";
 import { StreamingWeights } from "../src/memory/stream.ts";
 import { trunkUnitEntries } from "../src/memory/units.ts";
+import { loadChecksums } from "../src/memory/verify.ts";
 import { generateModel } from "../tools/gen/generate.ts";
+import { streamingBudget } from "./helpers/budgets.ts";
 import { scratchDir, tinyModel } from "./helpers/models.ts";
 
 setDefaultTimeout(120_000);
@@ -26,13 +27,6 @@ let dir = "";
 beforeAll(async () => {
   dir = await tinyModel("tiny-a");
 });
-
-/** A budget with two ring slots and nothing pinned (prefetch and lookahead both active). */
-function twoSlotRam(d: string, threads = 1, chunk = 32): string {
-  const ck = openCheckpoint(d);
-  const input = planInputFromCensus(ck.config, ck.layout.census, 0, 4096, threads, chunk);
-  return String(floorBytes(input, chunk) + Math.ceil(Math.max(input.headBytes, ...input.trunkBytesPerLayer) / 4096) * 4096 + 4096);
-}
 
 function complete(e: Engine, s: ReturnType<Engine["createSession"]>, prompt: number[]) {
   const g = streamCompletion(e, s, prompt, { maxTokens: 6 });
@@ -66,32 +60,31 @@ describe("expert reads stay within the I/O queue", () => {
 });
 
 describe("--verify covers lookahead landings", () => {
-  test("a trunk damaged on disk after the first token is caught with lookahead on", async () => {
+  test("a streamed layer damaged on disk is refused when the lookahead's peek lands it (no acquire)", async () => {
     const d = scratchDir("peekverify");
     cpSync(dir, d, { recursive: true });
     verifyModel(d, { record: true });
     const ck = openCheckpoint(d);
-    const e = Engine.open(d, { ram: twoSlotRam(d), threads: 1, verify: true, lookahead: true, prefetch: true });
-    // A tensor of the last layer that the lookahead router does not read.
+    // A tensor of the last layer that the lookahead router does not read, damaged before any read.
     const L = ck.config.numLayers - 1;
     const te = trunkUnitEntries(ck)[L]!.find((t) => t.name.endsWith("routed_expert_up_proj.weight"))!;
+    const fd = openSync(te.file, "r+");
+    const b = Buffer.alloc(64);
+    readSync(fd, b, 0, 64, te.offset);
+    for (let i = 0; i < 64; i++) b[i]! ^= 0x55;
+    writeSync(fd, b, 0, 64, te.offset);
+    closeSync(fd);
+    const w = new StreamingWeights(loadKernels(), ck, { pinnedUnits: [], ringSlots: 2, expertSlots: 8, prefetch: true, direct: true, policy: "lfru", checksums: loadChecksums(ck) });
     try {
-      expect(e.plan!.streamedLayers).toContain(L);
-      let n = 0;
+      w.acquireLayer(L - 1); // prefetches layer L into the other ring slot
+      // Only the lookahead's path from here: peek until the read has landed. It must be checked
+      // on landing; a peek that handed out the damaged layer would return it.
       expect(() => {
-        for (const _ of e.generate(e.createSession(), PROMPT, { maxTokens: 6 })) {
-          if (n++ === 0) {
-            const fd = openSync(te.file, "r+");
-            const b = Buffer.alloc(64);
-            readSync(fd, b, 0, 64, te.offset);
-            for (let i = 0; i < 64; i++) b[i]! ^= 0x55;
-            writeSync(fd, b, 0, 64, te.offset);
-            closeSync(fd);
-          }
-        }
+        for (;;) if (w.peekLayer(L)) break;
       }).toThrow(new RegExp(`trunk of layer ${L} .*fails its checksum`));
+      w.releaseLayer(L - 1);
     } finally {
-      e.close();
+      w.close();
     }
   });
 });
@@ -99,7 +92,7 @@ describe("--verify covers lookahead landings", () => {
 describe("an error inside a forward pass", () => {
   test("marks the session: reuse is refused until reset; the conversation layer resets and answers cleanly", () => {
     const k = loadKernels();
-    const e = Engine.open(dir, { ram: twoSlotRam(dir, 1, 4), threads: 1, chunk: 4 });
+    const e = Engine.open(dir, { ram: String(streamingBudget(dir, { chunk: 4, ringSlots: 2 })), threads: 1, chunk: 4 });
     try {
       expect(e.plan!.ringSlots).toBe(2);
       const clean = complete(e, e.createSession(), PROMPT).ids;

@@ -3,7 +3,9 @@
 import { describe, expect, test } from "bun:test";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { chatPromptIds } from "../src/conversation.ts";
 import { Engine } from "../src/engine.ts";
+import { streamingBudget } from "./helpers/budgets.ts";
 import { scratchDir, tinyModel } from "./helpers/models.ts";
 
 const PROMPT = [5, 17, 300, 42, 7, 99, 3, 250];
@@ -19,6 +21,7 @@ describe("sessions", () => {
     const dir = await tinyModel("tiny-a");
     const file = join(scratchDir("sess"), "s.k3session");
     const a = Engine.open(dir, { threads: 1 });
+    expect(a.plan!.streamedLayers).toEqual([]);
     const whole = take(a, a.createSession(), PROMPT, 12);
     const s = a.createSession();
     const first = take(a, s, PROMPT, 5);
@@ -26,8 +29,11 @@ describe("sessions", () => {
     a.close();
     expect(first).toEqual(whole.slice(0, 5));
 
-    const b = Engine.open(dir, { threads: 2, ram: "1G" }); // another engine, budget and thread count
+    // Another engine, thread count and budget: the floor (everything streamed, one ring slot),
+    // where the first ran with every layer resident.
+    const b = Engine.open(dir, { threads: 2, ram: String(streamingBudget(dir)) });
     try {
+      expect({ pinned: b.plan!.pinnedLayers.length, ring: b.plan!.ringSlots }).toEqual({ pinned: 0, ring: 1 });
       const restored = b.loadSession(file);
       expect(restored.tokens).toEqual([...PROMPT, ...first]);
       const rest = take(b, restored, [], 7);
@@ -93,7 +99,7 @@ describe("k3 run --save-session / --load-session", () => {
 });
 
 describe("k3 chat --save-session / --load-session", () => {
-  test("a second turn from a saved session answers exactly like a fresh run of the whole conversation", async () => {
+  test("a second turn from a saved session reuses its state and answers exactly like a fresh run", async () => {
     const dir = await tinyModel("tiny-a");
     const file = join(scratchDir("sess-chat"), "c.k3session");
     const chat = (messages: unknown[], extra: string[]) => {
@@ -104,14 +110,31 @@ describe("k3 chat --save-session / --load-session", () => {
       expect(p.exitCode).toBe(0);
       return JSON.parse(p.stdout.toString());
     };
-    const first = [{ role: "user", content: "hello there" }];
-    const r1 = chat(first, ["--save-session", file]);
-    const second = [...first, { role: "assistant", content: r1.content, reasoning_content: r1.reasoning || undefined }, { role: "user", content: "and then?" }];
+    // A first turn that ended (random weights never end a reply): its prompt and a complete reply
+    // run through the model, then saved with the messages, as `k3 chat --save-session` does.
+    const first = [{ role: "user" as const, content: "hello there" }];
+    const reply = "<|close|>think<|sep|><|open|>response<|sep|>hi<|close|>response<|sep|><|close|>message<|sep|><|end_of_msg|>";
+    const e = Engine.open(dir, { threads: 1 });
+    let held: number;
+    try {
+      const tok = e.tokenizer();
+      const s = e.createSession();
+      e.prefill(s, [...chatPromptIds(tok, first, {}), ...tok.encodeWithSpecials(reply)]);
+      held = s.tokens.length;
+      e.saveSession(s, file, { messages: [...first, { role: "assistant", content: "hi" }] });
+    } finally {
+      e.close();
+    }
+    const second = [...first, { role: "assistant", content: "hi" }, { role: "user", content: "and then?" }];
     const resumed = chat(second, ["--load-session", file]);
     const fresh = chat(second, []);
+    // The loaded state is used: the whole first turn is reused, not recomputed (an ignored
+    // --load-session would report 0), and the answer is the fresh run's.
+    expect(resumed.usage.cached_tokens).toBe(held);
+    expect(held).toBeGreaterThan(20);
+    expect(fresh.usage.cached_tokens).toBe(0);
     expect(resumed.content).toBe(fresh.content);
     expect(resumed.reasoning).toBe(fresh.reasoning);
-    expect(fresh.usage.cached_tokens).toBe(0);
   });
 
   test("the saved messages come back with the session (what the REPL restores)", async () => {
