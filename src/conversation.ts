@@ -1,7 +1,7 @@
 // Text in, text out: chat turns and plain completions on top of the engine.
 //
-// Used by `k3 chat`, `k3 run` and `k3 serve`; it imports only src/engine.ts (and what it
-// re-exports), like every client of the engine.
+// Used by `k3 run`, `k3 chat` and `k3 serve`; like every client of the engine it imports only
+// the public API (src/engine.ts, and the typed errors of src/errors.ts; test/layers.test.ts).
 //
 // Invariants:
 //   - Prefix reuse: the session keeps every token it has seen (history + pending). A request whose

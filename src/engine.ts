@@ -392,27 +392,19 @@ export class Engine {
       step = steps.next();
     }
     const prefillMs = performance.now() - t0;
-    if (!step.done) {
-      // Stopped inside the prefill: the tokens fed so far stay in the session, the rest never entered it.
-      const io = diffStats(this.weights.stats(), before);
-      return { promptTokens, generatedTokens: 0, prefillMs, decodeMs: 0, msPerToken: 0, stopReason: "cancelled", io, decodeSteps: 0, ioPerToken: { bytesRead: 0, trunkBytes: 0, expertBytes: 0, reads: 0, hits: 0, requests: 0 }, peakRssBytes: peakRssBytes() };
-    }
+    const run = { promptTokens, prefillMs, before, afterPrefill: this.weights.stats(), generated: 0, decodeSteps: 0, decodeMs: 0 };
+    // Stopped inside the prefill: the tokens fed so far stay in the session, the rest never entered
+    // it (no token was produced, so no time per token either).
+    if (!step.done) return { ...this.generationStats(run, "cancelled"), msPerToken: 0 };
     let logits = step.value;
-    const afterPrefill = this.weights.stats();
-    let decodeSteps = 0;
-    let generated = 0;
     let stopReason: GenerationStats["stopReason"] = "length";
-    let decodeMs = 0;
     let stepMs = prefillMs;
-    while (generated < opts.maxTokens) {
+    while (run.generated < opts.maxTokens) {
       if (opts.shouldStop?.()) {
         stopReason = "cancelled";
         break;
       }
-      // Every step's logits are checked, whatever picks the token: greedy is their argmax.
-      const greedy = this.k.k3_argmax(logits, logits.length);
-      if (greedy < 0) throw nonFiniteLogits(logits, generated === 0 ? "after the prompt" : `after generated token ${generated}`, session.position);
-      const id = opts.sampler ? opts.sampler.sample(logits) : greedy;
+      const id = this.pick(logits, opts.sampler, run.generated, session.position);
       if (stop.has(id)) {
         // The stop token is part of the sequence (a chat turn ends with it) but not emitted.
         session.pending.push(id);
@@ -422,32 +414,47 @@ export class Engine {
       // Pending before the yield: a caller that stops iterating here leaves the session
       // consistent (the emitted token is fed first on the next call).
       session.pending.push(id);
-      yield { id, index: generated, ms: stepMs };
-      generated++;
-      if (generated >= opts.maxTokens) break;
+      yield { id, index: run.generated, ms: stepMs };
+      run.generated++;
+      if (run.generated >= opts.maxTokens) break;
       if (session.position + session.pending.length > this.context) {
         stopReason = "context";
         break;
       }
       const s = performance.now();
       logits = this.forward(session, session.pending.splice(0))!;
-      decodeSteps++;
+      run.decodeSteps++;
       stepMs = performance.now() - s;
-      decodeMs += stepMs;
+      run.decodeMs += stepMs;
     }
+    return this.generationStats(run, stopReason);
+  }
+
+  /** The next token from `logits`: checked finite first (never an answer picked around a NaN),
+   *  then the sampler's choice, or greedy (their argmax, lowest id on ties). */
+  private pick(logits: Float32Array, sampler: Sampler | undefined, generated: number, position: number): number {
+    const greedy = this.k.k3_argmax(logits, logits.length);
+    if (greedy < 0) throw nonFiniteLogits(logits, generated === 0 ? "after the prompt" : `after generated token ${generated}`, position);
+    return sampler ? sampler.sample(logits) : greedy;
+  }
+
+  /** A generation's figures: counters over the whole run, and per decode step after the prefill. */
+  private generationStats(
+    run: { promptTokens: number; prefillMs: number; before: WeightStats; afterPrefill: WeightStats; generated: number; decodeSteps: number; decodeMs: number },
+    stopReason: GenerationStats["stopReason"],
+  ): GenerationStats {
     const after = this.weights.stats();
-    const io = diffStats(after, before);
-    const dec = diffStats(after, afterPrefill);
-    const per = (x: number) => (decodeSteps > 0 ? x / decodeSteps : 0);
+    const dec = diffStats(after, run.afterPrefill);
+    const per = (x: number) => (run.decodeSteps > 0 ? x / run.decodeSteps : 0);
     return {
-      promptTokens,
-      generatedTokens: generated,
-      prefillMs,
-      decodeMs,
-      msPerToken: decodeSteps > 0 ? decodeMs / decodeSteps : prefillMs,
+      promptTokens: run.promptTokens,
+      generatedTokens: run.generated,
+      prefillMs: run.prefillMs,
+      decodeMs: run.decodeMs,
+      msPerToken: run.decodeSteps > 0 ? run.decodeMs / run.decodeSteps : run.prefillMs,
       stopReason,
-      io,
-      decodeSteps,
+      io: diffStats(after, run.before),
+      decodeSteps: run.decodeSteps,
       ioPerToken: {
         bytesRead: per(dec.trunkBytesRead + dec.expertBytesRead),
         trunkBytes: per(dec.trunkBytesRead),

@@ -1,4 +1,4 @@
-// The layering of DEVELOPERS.md, checked on the import graph: each layer knows only the ones
+// The layering of docs/ARCHITECTURE.md, checked on the import graph: each layer knows only the ones
 // below it; the CLI and the server reach the engine only through its public API; the float64
 // reference imports nothing from the engine (else it would not be an independent check).
 import { describe, expect, test } from "bun:test";

@@ -177,6 +177,27 @@ export function floorBytes(input: PlanInput, chunk = input.prefillChunk ?? DEFAU
   return sum(fixedItems(input, chunk)) + Math.max(...slots.unitBytes) + input.cfg.topK * slots.expertBytes;
 }
 
+/**
+ * Greedy pinning, largest first, within `forTrunk` bytes: cost = Σ pinned buffers + ringSlots ×
+ * buffer(largest streamed unit). Two ring slots when two of the largest unit fit, else one.
+ */
+function choosePinned(units: TrunkUnit[], forTrunk: number): { pinned: Set<TrunkUnit>; pinnedBytes: number; ringSlots: 1 | 2 } {
+  const ringSlots: 1 | 2 = 2 * units[0]!.slotBytes <= forTrunk ? 2 : 1;
+  const pinned = new Set<TrunkUnit>();
+  let pinnedBytes = 0;
+  const ringCost = () => {
+    const largestStreamed = units.find((u) => !pinned.has(u));
+    return largestStreamed ? ringSlots * largestStreamed.slotBytes : 0;
+  };
+  for (const u of units) {
+    pinned.add(u);
+    const cost = pinnedBytes + u.slotBytes + ringCost();
+    if (cost <= forTrunk) pinnedBytes += u.slotBytes;
+    else pinned.delete(u);
+  }
+  return { pinned, pinnedBytes, ringSlots };
+}
+
 export function planMemory(input: PlanInput): MemoryPlan {
   const { cfg, budgetBytes, contextTokens } = input;
   const threads = input.threads ?? 1;
@@ -201,21 +222,8 @@ export function planMemory(input: PlanInput): MemoryPlan {
   const fixed = fixedItems(input, chunk);
   const forTrunk = budgetBytes - sum(fixed) - expertFloor; // what pinned units + ring may use
 
-  // Greedy pinning, largest first. cost = Σ pinned buffers + ringSlots × buffer(largest streamed).
   const units = trunkUnits(input);
-  const ringSlots: 1 | 2 = 2 * units[0]!.slotBytes <= forTrunk ? 2 : 1;
-  const pinned = new Set<TrunkUnit>();
-  let pinnedBytes = 0;
-  const ringCost = () => {
-    const largestStreamed = units.find((u) => !pinned.has(u));
-    return largestStreamed ? ringSlots * largestStreamed.slotBytes : 0;
-  };
-  for (const u of units) {
-    pinned.add(u);
-    const cost = pinnedBytes + u.slotBytes + ringCost();
-    if (cost <= forTrunk) pinnedBytes += u.slotBytes;
-    else pinned.delete(u);
-  }
+  const { pinned, pinnedBytes, ringSlots } = choosePinned(units, forTrunk);
   const streamed = units.filter((u) => !pinned.has(u));
   const ring = streamed.length ? ringSlots : 0;
   const ringSlotBytes = streamed.length ? streamed[0]!.slotBytes : 0;
