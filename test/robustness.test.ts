@@ -65,6 +65,7 @@ describe("--verify covers lookahead landings", () => {
     cpSync(dir, d, { recursive: true });
     verifyModel(d, { record: true });
     const ck = openCheckpoint(d);
+    const checksums = loadChecksums(ck); // loaded before the damage, as by an engine already open
     // A tensor of the last layer that the lookahead router does not read, damaged before any read.
     const L = ck.config.numLayers - 1;
     const te = trunkUnitEntries(ck)[L]!.find((t) => t.name.endsWith("routed_expert_up_proj.weight"))!;
@@ -74,7 +75,7 @@ describe("--verify covers lookahead landings", () => {
     for (let i = 0; i < 64; i++) b[i]! ^= 0x55;
     writeSync(fd, b, 0, 64, te.offset);
     closeSync(fd);
-    const w = new StreamingWeights(loadKernels(), ck, { pinnedUnits: [], ringSlots: 2, expertSlots: 8, prefetch: true, direct: true, policy: "lfru", checksums: loadChecksums(ck) });
+    const w = new StreamingWeights(loadKernels(), ck, { pinnedUnits: [], ringSlots: 2, expertSlots: 8, prefetch: true, direct: true, policy: "lfru", checksums });
     try {
       w.acquireLayer(L - 1); // prefetches layer L into the other ring slot
       // Only the lookahead's path from here: peek until the read has landed. It must be checked
