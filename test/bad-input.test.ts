@@ -97,6 +97,13 @@ describe("a shard, config or session that is not a regular file is refused, neve
     expectRefused(k3(["run", d, ...IDS]), 2, "config is a FIFO (named pipe)");
   });
 
+  test("a FIFO as the tokenizer (exit 2: a tokenizer problem)", () => {
+    const d = copyModel("fifo-tokenizer");
+    rmSync(join(d, "tiktoken.model"));
+    expect(Bun.spawnSync(["mkfifo", join(d, "tiktoken.model")]).exitCode).toBe(0);
+    expectRefused(k3(["run", d, "--prompt", "hi", "--gen", "2", "--threads", "1"]), 2, "tokenizer file is a FIFO (named pipe)");
+  });
+
   test("a directory named as a shard (EISDIR)", () => {
     const d = copyModel("dir-shard");
     const f = join(d, shards(d)[0]!);

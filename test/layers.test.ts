@@ -27,10 +27,11 @@ function imports(file: string): string[] {
 /** layer → path prefixes it may import (besides itself). */
 const ALLOWED: Record<string, string[]> = {
   "src/cache-dir.ts": ["src/errors.ts"], // below everything: where k3 keeps its own files
+  "src/files.ts": ["src/errors.ts"], // below everything: opening the files a user names
   "src/kernels.ts": ["zig-out/", "src/cache-dir.ts"],
-  "src/checkpoint/": ["src/errors.ts", "src/log.ts", "src/cache-dir.ts"],
-  "src/text/": ["src/errors.ts", "src/log.ts"],
-  "src/model/": ["src/kernels.ts", "src/checkpoint/", "src/errors.ts", "src/log.ts"],
+  "src/checkpoint/": ["src/errors.ts", "src/log.ts", "src/cache-dir.ts", "src/files.ts"],
+  "src/text/": ["src/errors.ts", "src/log.ts", "src/files.ts"],
+  "src/model/": ["src/kernels.ts", "src/checkpoint/", "src/errors.ts", "src/log.ts", "src/files.ts"],
   "src/memory/": ["src/kernels.ts", "src/checkpoint/", "src/model/cmem.ts", "src/model/weights.ts", "src/model/buffers.ts", "src/errors.ts", "src/log.ts", "src/cache-dir.ts"],
   "src/engine.ts": ["src/kernels.ts", "src/checkpoint/", "src/model/", "src/memory/", "src/text/", "src/errors.ts", "src/log.ts"],
   "src/inspect.ts": ["src/checkpoint/", "src/memory/", "src/errors.ts", "src/log.ts"],

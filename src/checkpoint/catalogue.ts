@@ -8,7 +8,7 @@ import { basename, join } from "node:path";
 import { K3Error } from "../errors.ts";
 import { type ByteCensus, computeCensus } from "./census.ts";
 import { readConfig } from "./config.ts";
-import { readRegularFile } from "./files.ts";
+import { readRegularFile } from "../files.ts";
 import { computeLayout, type LayoutFacts } from "./layout.ts";
 import { resolveModelFolder } from "./model-folder.ts";
 import { readSafetensorsHeader, type HeaderTensor } from "./safetensors.ts";

@@ -3,7 +3,7 @@
 // runs a different model that still writes fluent text). All problems are collected and thrown
 // as ONE K3Error("CONFIG") so a user fixes the file in one pass.
 import { K3Error } from "../errors.ts";
-import { readRegularFile } from "./files.ts";
+import { readRegularFile } from "../files.ts";
 import type { LayerKind, ModelConfig } from "./types.ts";
 
 /** Experts are MXFP4 with one E8M0 scale per 32 weights (MODEL.md §3); shapes depend on it. */

@@ -3,11 +3,11 @@
 // 8+N. Every tensor is validated here (known dtype, byte span = numel × dtype size, inside the
 // file, no overlaps) and together they must tile the data section to the end of the file, so
 // nothing downstream can read a span that disagrees with its shape or sits at a shifted offset.
-// Only a regular file is opened (files.ts), and only the header is read; tensor data is never
+// Only a regular file is opened (src/files.ts), and only the header is read; tensor data is never
 // touched.
 import { closeSync } from "node:fs";
 import { K3Error } from "../errors.ts";
-import { openRegularFile, readAt } from "./files.ts";
+import { openRegularFile, readAt } from "../files.ts";
 
 /** Bytes per element of every dtype the safetensors format defines. */
 export const SAFETENSORS_DTYPE_BYTES: Record<string, number> = {

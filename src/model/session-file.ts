@@ -7,7 +7,7 @@
 // model, a truncated or a corrupted file is refused with the reason.
 import { closeSync, openSync, renameSync, rmSync, writeSync } from "node:fs";
 import { toArrayBuffer } from "bun:ffi";
-import { openRegularFile, readAt, readRegularFile } from "../checkpoint/files.ts";
+import { openRegularFile, readAt, readRegularFile } from "../files.ts";
 import { K3Error } from "../errors.ts";
 import type { Kernels } from "../kernels.ts";
 import type { SessionState } from "./state.ts";

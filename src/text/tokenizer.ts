@@ -4,9 +4,10 @@
 // Ids: BPE ranks are token ids; added tokens (K3: 163584..163839) sit above them. vocabSize is
 // 1 + the largest id of either kind. User text goes through encode() (specials disabled: the
 // text "<|open|>" is ordinary characters); only the chat renderer uses encodeWithSpecials().
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { K3Error } from "../errors.ts";
+import { readRegularFile } from "../files.ts";
 import { bytePairEncode, RankTable } from "./bpe.ts";
 import { K3_PRETOKENIZE_REGEX } from "./pretokenize.ts";
 
@@ -49,8 +50,9 @@ export class Tokenizer {
     const configPath = join(dir, CONFIG_FILE);
     const missing = [modelPath, configPath].filter((p) => !existsSync(p));
     if (missing.length) throw new K3Error("TOKENIZER", `tokenizer files missing in ${dir}`, missing.map((p) => `${p}: not found`));
-    const tokens = parseTiktokenModel(readFileSync(modelPath), modelPath);
-    const specials = parseAddedTokens(readFileSync(configPath, "utf8"), configPath);
+    // Regular files only: a FIFO in the model folder must be refused, not block the open forever.
+    const tokens = parseTiktokenModel(readRegularFile(modelPath, "tokenizer file", "TOKENIZER"), modelPath);
+    const specials = parseAddedTokens(readRegularFile(configPath, "tokenizer file", "TOKENIZER").toString("utf8"), configPath);
     return Tokenizer.fromParts(tokens, specials, `${modelPath} + ${configPath}`);
   }
 

@@ -1,12 +1,14 @@
-// Opening an input file the way every reader of user-named files must: only a regular file (or a
-// symlink to one, as in a Hugging Face download) is read. A FIFO would block the open or the read
+// Opening a model's files (config, index, shards, tokenizer) and session files the way every
+// reader of them must: only a regular file (or a symlink to one, as in a Hugging Face download)
+// is read. Below every layer, so the checkpoint, text and model layers share it. (Prompt files
+// are not read through here: `--prompt-file <(cmd)` is a pipe on purpose.) A FIFO would block the open or the read
 // forever, a directory fails with EISDIR deep inside a read, a device could stream without end:
 // each is refused up front with a K3Error naming the path and what it is.
 //
 // The open uses O_NONBLOCK so that opening a FIFO returns at once instead of waiting for a
 // writer; on a regular file the flag changes nothing.
 import { closeSync, constants, fstatSync, openSync, readSync, type Stats } from "node:fs";
-import { K3Error, type ErrorCode } from "../errors.ts";
+import { K3Error, type ErrorCode } from "./errors.ts";
 
 function kind(st: Stats): string {
   if (st.isDirectory()) return "a directory";
