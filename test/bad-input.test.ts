@@ -104,6 +104,17 @@ describe("a shard, config or session that is not a regular file is refused, neve
     expectRefused(k3(["run", d, "--prompt", "hi", "--gen", "2", "--threads", "1"]), 2, "tokenizer file is a FIFO (named pipe)");
   });
 
+  test("a FIFO in place of k3's own files: the catalogue cache is rebuilt, the checksum file refused", () => {
+    const d = copyModel("fifo-k3-files");
+    const want = k3(["run", clean, ...IDS]);
+    expect(Bun.spawnSync(["mkfifo", join(d, "k3-index.json")]).exitCode).toBe(0);
+    const r = k3(["run", d, ...IDS]);
+    expect(r.code).toBe(0);
+    expect(r.out).toBe(want.out);
+    expect(Bun.spawnSync(["mkfifo", join(d, "k3-checksums.json")]).exitCode).toBe(0);
+    expectRefused(k3(["verify", d]), 4, "checksum file is a FIFO (named pipe)");
+  });
+
   test("a directory named as a shard (EISDIR)", () => {
     const d = copyModel("dir-shard");
     const f = join(d, shards(d)[0]!);

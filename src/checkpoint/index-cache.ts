@@ -2,9 +2,10 @@
 // is read-only), so opening the release does not re-parse 96 shard headers and a 497k-entry
 // index every time. Invalidated when config.json, the index or any shard changes (size, mtime):
 // a stale cache would point reads at wrong offsets, so any doubt means a full re-read.
-import { accessSync, constants, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { accessSync, constants, existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { cachePath } from "../cache-dir.ts";
+import { readRegularFile } from "../files.ts";
 import { INDEX_FILE, openCheckpoint, type Checkpoint } from "./catalogue.ts";
 import { readConfig } from "./config.ts";
 import { computeLayout } from "./layout.ts";
@@ -64,7 +65,7 @@ function load(folder: ModelFolder, path: string): Checkpoint | null {
   const root = folder.dir;
   let body: any;
   try {
-    body = JSON.parse(readFileSync(path, "utf8"));
+    body = JSON.parse(readRegularFile(path, "catalogue cache", "CHECKPOINT").toString("utf8"));
   } catch {
     return null;
   }

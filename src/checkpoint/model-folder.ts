@@ -11,9 +11,10 @@
 // and no refs/main, nothing is guessed (the error lists them, so the user names one). Either form
 // is named after the repo ("moonshotai/Kimi-K3"), and is marked a download: k3 keeps its own
 // files (catalogue cache, checksums) in its cache folder, never inside the download.
-import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { existsSync, readdirSync, statSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { K3Error } from "../errors.ts";
+import { readRegularFile } from "../files.ts";
 
 export interface ModelFolder {
   /** The folder with config.json and the shards (absolute; the snapshot for a download). */
@@ -51,15 +52,15 @@ export function resolveModelFolder(path: string): ModelFolder {
     return { dir: root, name, download: false };
 
   // The repo folder: pick the snapshot.
-  const snapshots = readdirSync(join(root, "snapshots")).filter((s) => isDir(join(root, "snapshots", s))).sort();
+  let snapshots: string[];
+  try {
+    snapshots = readdirSync(join(root, "snapshots")).filter((s) => isDir(join(root, "snapshots", s))).sort();
+  } catch (e) {
+    throw new K3Error("CHECKPOINT", `${join(root, "snapshots")}: cannot list the snapshots`, [(e as Error).message]);
+  }
   const refPath = join(root, "refs", "main");
   if (existsSync(refPath)) {
-    let commit: string;
-    try {
-      commit = readFileSync(refPath, "utf8").trim();
-    } catch (e) {
-      throw new K3Error("CHECKPOINT", `${refPath}: cannot read the Hugging Face ref`, [(e as Error).message]);
-    }
+    const commit = readRegularFile(refPath, "Hugging Face ref", "CHECKPOINT").toString("utf8").trim();
     if (!snapshots.includes(commit))
       throw new K3Error("CHECKPOINT", `${root}: refs/main names snapshot ${JSON.stringify(commit.slice(0, 64))}, which is not in snapshots/ (an incomplete download?)`, [
         snapshots.length ? `snapshots present: ${snapshots.join(", ")} — name one: k3 … ${join(root, "snapshots", snapshots[0]!)}` : "no snapshots present",

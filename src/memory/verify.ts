@@ -14,7 +14,7 @@
 // Where the file lives: `k3-checksums.json` next to the model when that folder can take it, else
 // (read-only folder, full disk, a Hugging Face download k3 must not write into) in k3's cache
 // folder. A write that fails leaves no partial file behind.
-import { existsSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import { cachePath, ensureCacheDir } from "../cache-dir.ts";
 import type { Checkpoint } from "../checkpoint/catalogue.ts";
@@ -22,6 +22,7 @@ import { readSafetensorsHeader } from "../checkpoint/safetensors.ts";
 import { expertTensorNames, LM_MODEL_PREFIX } from "../checkpoint/shapes.ts";
 import type { TensorEntry } from "../checkpoint/types.ts";
 import { K3Error } from "../errors.ts";
+import { readRegularFile } from "../files.ts";
 import type { Kernels } from "../kernels.ts";
 import { CBuffers } from "../model/cmem.ts";
 import { ALIGN, buildReadPlan, type ReadPlan } from "./readplan.ts";
@@ -134,7 +135,7 @@ function parseChecksumFile(path: string, ckpt: Checkpoint, now: ShardStamp[]): C
   const again = `re-run \`k3 verify ${ckpt.dir} --record\``;
   let body: any;
   try {
-    body = JSON.parse(readFileSync(path, "utf8"));
+    body = JSON.parse(readRegularFile(path, "checksum file", "VERIFY").toString("utf8"));
   } catch (err) {
     throw new K3Error("VERIFY", `${path}: not a k3 checksum file (${(err as Error).message}): ${again}`);
   }
