@@ -32,7 +32,7 @@ const ALLOWED: Record<string, string[]> = {
   "src/checkpoint/": ["src/errors.ts", "src/log.ts", "src/cache-dir.ts", "src/files.ts"],
   "src/text/": ["src/errors.ts", "src/log.ts", "src/files.ts"],
   "src/model/": ["src/kernels.ts", "src/checkpoint/", "src/errors.ts", "src/log.ts", "src/files.ts"],
-  "src/memory/": ["src/kernels.ts", "src/checkpoint/", "src/model/cmem.ts", "src/model/weights.ts", "src/model/buffers.ts", "src/errors.ts", "src/log.ts", "src/cache-dir.ts"],
+  "src/memory/": ["src/kernels.ts", "src/checkpoint/", "src/model/cmem.ts", "src/model/weights.ts", "src/model/buffers.ts", "src/errors.ts", "src/log.ts", "src/cache-dir.ts", "src/files.ts"],
   "src/engine.ts": ["src/kernels.ts", "src/checkpoint/", "src/model/", "src/memory/", "src/text/", "src/errors.ts", "src/log.ts"],
   "src/inspect.ts": ["src/checkpoint/", "src/memory/", "src/errors.ts", "src/log.ts"],
   "src/conversation.ts": ["src/engine.ts", "src/errors.ts", "src/log.ts"],
