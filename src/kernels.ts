@@ -84,7 +84,6 @@ export const symbols = {
   k3_io_done: { args: [i64], returns: i32 },
   k3_io_wait: { args: [i64], returns: i64_fast }, // → bytes, or K3_ERR_SHORT / −errno
   k3_io_wait_any: { args: [ptr, i32], returns: i32 }, // (BigInt64Array tickets, n) → index
-  k3_io_wait_ns: { args: [], returns: i64_fast },
   k3_io_fail_nth: { args: [i64], returns: v },
   k3_crc32: { args: [u32, ptr, i64], returns: u32 },
   k3_crc32c: { args: [u32, ptr, i64], returns: u32 }, // hardware (SSE4.2) or tables, same value
