@@ -1,5 +1,6 @@
 // Turns the streaming benchmark's raw results into checks (identity, RSS within budget, plan
 // shape) and a markdown report. Every run is listed, not just the best.
+import { formatBytes } from "../src/format.ts";
 import type { ArmResult } from "./stream.ts";
 import type { DiskResult } from "./disk.ts";
 import type { MachineInfo } from "./machine.ts";
@@ -127,7 +128,7 @@ export function summarize(disk: (DiskResult | { error: string })[], results: Run
   return { disk: ds, computeFloorS, reference, checks, problems };
 }
 
-const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
+const gib = (b: number) => formatBytes(b, "GiB");
 const gb = (b: number) => (b / 1e9).toFixed(2);
 const f2 = (x: number | undefined) => (x === undefined || !Number.isFinite(x) ? "—" : x.toFixed(2));
 const yn = (x: boolean | undefined) => (x === undefined ? "—" : x ? "yes" : "**NO**");

@@ -19,6 +19,7 @@
 //     checkPromptBytes): a prompt that cannot fit is a CONTEXT error.
 import {
   AssistantStreamParser,
+  CLOSE_THINK_OPEN_RESPONSE,
   createSampler,
   renderChat,
   segmentsToIds,
@@ -56,11 +57,17 @@ export interface ChatOptions extends GenOptions {
   tools?: unknown[];
   toolChoice?: unknown;
   responseFormat?: unknown;
+  /** Reasoning tokens allowed before the think channel is closed for the model (the markup a
+   *  rendered turn has between reasoning and answer is fed, and the answer is generated from
+   *  there). Absent: no limit. Counts against maxTokens like any generated token. */
+  reasoningBudget?: number;
 }
 
 export interface ChatDelta {
   reasoning?: string;
   content?: string;
+  /** Set once, when the reasoning budget closed the think channel (the answer follows). */
+  reasoningCut?: true;
 }
 
 export type ChatFinishReason = "stop" | "length" | "cancelled" | "context" | "tool_calls";
@@ -76,6 +83,8 @@ export interface Usage {
 
 export interface ChatResult {
   reasoning: string;
+  /** True when the reasoning budget closed the think channel (the model did not end it). */
+  reasoningCut: boolean;
   content: string;
   toolCalls: ParsedToolCall[];
   finishReason: ChatFinishReason;
@@ -139,24 +148,48 @@ export function* streamChat(engine: Engine, session: Session, messages: ChatMess
 export function* streamChatIds(engine: Engine, session: Session, ids: number[], opts: ChatOptions): Generator<ChatDelta, ChatResult> {
   const tok = engine.tokenizer();
   const thinking = opts.thinking ?? true;
-  checkContext(engine, ids.length);
   const endOfMsg = specialIdOrUndefined(tok, "<|end_of_msg|>");
   const stopIds = [endOfMsg, specialIdOrUndefined(tok, "[EOS]")].filter((x): x is number => x !== undefined);
   const parser = new AssistantStreamParser(thinking);
-  const run = startGeneration(engine, session, ids, opts, stopIds, () => parser.finished);
-
-  for (const piece of run.text()) {
-    if (piece === "") {
-      yield {}; // a prefill step: nothing to show, but the caller may run its event loop
-      continue;
+  const budget = thinking ? (opts.reasoningBudget ?? Infinity) : Infinity;
+  if (!(budget >= 0)) throw new K3Error("USAGE", `the reasoning budget must be ≥ 0 tokens, got ${opts.reasoningBudget}`);
+  const close = () => {
+    parser.push(CLOSE_THINK_OPEN_RESPONSE.map(([t]) => t).join(""));
+    return segmentsToIds([...CLOSE_THINK_OPEN_RESPONSE], tok);
+  };
+  // A budget of 0 closes the think channel in the prompt itself: the model answers at once.
+  let reasoningCut = budget === 0;
+  const prompt = reasoningCut ? [...ids, ...close()] : ids;
+  checkContext(engine, prompt.length);
+  // Over budget: the first run has generated `budget` tokens (≥ 1, so the prefill is done) and
+  // the model is still thinking, with no marker half-parsed.
+  const overBudget = () => !reasoningCut && first.generated() >= budget && parser.thinkingAtBoundary;
+  const first = startGeneration(engine, session, prompt, opts, stopIds, () => parser.finished || overBudget());
+  let run = first;
+  let stats: GenerationStats | undefined;
+  for (;;) {
+    for (const piece of run.text()) {
+      if (piece === "") {
+        yield {}; // a prefill step: nothing to show, but the caller may run its event loop
+        continue;
+      }
+      const d = parser.push(piece);
+      if (d.reasoningDelta || d.contentDelta) yield delta(d.reasoningDelta, d.contentDelta);
     }
-    const d = parser.push(piece);
-    if (d.reasoningDelta || d.contentDelta) yield delta(d.reasoningDelta, d.contentDelta);
+    stats = stats ? joinStats(stats, run.stats!) : run.stats!;
+    // Budget spent while the model still thinks and tokens are left: close the think channel as a
+    // rendered turn does (the engine stopped with "cancelled" for us), and answer from there.
+    const left = opts.maxTokens - stats.generatedTokens;
+    if (run !== first || !overBudget() || left < 1 || opts.shouldStop?.() || run.stopStringHit()) break;
+    reasoningCut = true;
+    const markup = close();
+    checkContext(engine, session.tokens.length + markup.length);
+    run = startGeneration(engine, session, [...session.tokens, ...markup], { ...opts, maxTokens: left }, stopIds, () => parser.finished);
+    yield { reasoningCut: true };
   }
   const d = parser.finish();
   if (d.reasoningDelta || d.contentDelta) yield delta(d.reasoningDelta, d.contentDelta);
 
-  const stats = run.stats!;
   if (parser.finished && endOfMsg !== undefined && stats.stopReason !== "stop") {
     // The model closed the message (<|close|>message<|sep|>) and we stopped before it wrote
     // <|end_of_msg|>: append it, so the session ends exactly like the rendered turn will.
@@ -167,11 +200,43 @@ export function* streamChatIds(engine: Engine, session: Session, ids: number[], 
   if (finishReason === "stop" && out.toolCalls.length > 0) finishReason = "tool_calls";
   return {
     reasoning: out.reasoning,
+    reasoningCut,
     content: out.content,
     toolCalls: out.toolCalls,
     finishReason,
-    usage: { promptTokens: ids.length, completionTokens: stats.generatedTokens, cachedTokens: run.cachedTokens },
+    usage: { promptTokens: prompt.length, completionTokens: stats.generatedTokens, cachedTokens: first.cachedTokens },
     stats,
+  };
+}
+
+/**
+ * One generation's stats from two runs of the same reply (before and after a reasoning budget
+ * closed the think channel). The second run's prefill (the few markup tokens) is one more
+ * decode step: it reads the weights once, like a decode step.
+ */
+function joinStats(a: GenerationStats, b: GenerationStats): GenerationStats {
+  const steps = a.decodeSteps + 1 + b.decodeSteps;
+  const decodeMs = a.decodeMs + b.prefillMs + b.decodeMs;
+  const per = (aPer: number, bTotal: number) => (aPer * a.decodeSteps + bTotal) / steps;
+  const io = Object.fromEntries(Object.entries(a.io).map(([k, v]) => [k, typeof v === "number" ? v + (b.io[k as keyof typeof b.io] as number) : v])) as GenerationStats["io"];
+  return {
+    promptTokens: a.promptTokens,
+    generatedTokens: a.generatedTokens + b.generatedTokens,
+    prefillMs: a.prefillMs,
+    decodeMs,
+    msPerToken: decodeMs / steps,
+    stopReason: b.stopReason,
+    io,
+    decodeSteps: steps,
+    ioPerToken: {
+      bytesRead: per(a.ioPerToken.bytesRead, b.io.trunkBytesRead + b.io.expertBytesRead),
+      trunkBytes: per(a.ioPerToken.trunkBytes, b.io.trunkBytesRead),
+      expertBytes: per(a.ioPerToken.expertBytes, b.io.expertBytesRead),
+      reads: per(a.ioPerToken.reads, b.io.reads),
+      hits: per(a.ioPerToken.hits, b.io.expertHits),
+      requests: per(a.ioPerToken.requests, b.io.expertRequests),
+    },
+    peakRssBytes: Math.max(a.peakRssBytes, b.peakRssBytes),
   };
 }
 
@@ -288,6 +353,7 @@ function startGeneration(engine: Engine, session: Session, ids: number[], opts: 
   const decoder = tok?.decoder();
   const stopper = new StopMatcher(opts.stop ?? []);
   let stopStringHit = false;
+  let generatedCount = 0;
   let stats: GenerationStats | undefined;
 
   const gen = engine.generate(session, feed, {
@@ -311,6 +377,7 @@ function startGeneration(engine: Engine, session: Session, ids: number[], opts: 
         yield { id: -1, text: "", tick: true };
         continue;
       }
+      generatedCount++;
       let text = "";
       if (decoder && !stopStringHit) {
         const s = stopper.push(decoder.push(r.value.id));
@@ -335,6 +402,9 @@ function startGeneration(engine: Engine, session: Session, ids: number[], opts: 
     cachedTokens,
     events,
     flushText,
+    /** Tokens generated so far. */
+    generated: () => generatedCount,
+    stopStringHit: () => stopStringHit,
     /** Decoded text pieces (empty ones skipped), the final flush included. */
     *text(): Generator<string> {
       for (const ev of events()) if (ev.text || ev.tick) yield ev.text;

@@ -7,7 +7,7 @@ import { openCheckpoint, type Checkpoint } from "./checkpoint/catalogue.ts";
 import { openCheckpointCached } from "./checkpoint/index-cache.ts";
 import type { ModelConfig } from "./checkpoint/types.ts";
 import { K3Error } from "./errors.ts";
-import { kernelLimits, loadKernels, type Kernels } from "./kernels.ts";
+import { ISA, kernelLimits, loadKernels, type Kernels } from "./kernels.ts";
 import { checkKernelLimits, Model } from "./model/forward.ts";
 import { ResidentWeights } from "./model/resident.ts";
 import { DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, planInputFromCensus, planMemory, type MemoryPlan } from "./memory/plan.ts";
@@ -27,13 +27,15 @@ export type { WeightStats } from "./model/weights.ts";
 export type { VerifyResult } from "./memory/verify.ts";
 // The text layer is part of the public API: the CLI and the server use it through here.
 export { Tokenizer } from "./text/tokenizer.ts";
-export { renderChat, segmentsToIds, SERVED_DEFAULT_THINKING_EFFORT, VALID_THINKING_EFFORTS, type ChatInput, type ChatMessage, type Segment } from "./text/chat.ts";
+export { CLOSE_THINK_OPEN_RESPONSE, renderChat, segmentsToIds, SERVED_DEFAULT_THINKING_EFFORT, VALID_THINKING_EFFORTS, type ChatInput, type ChatMessage, type Segment } from "./text/chat.ts";
 export { AssistantStreamParser, parseAssistantOutput, type AssistantOutput, type ParsedToolCall } from "./text/chat-parse.ts";
 export { createSampler, type SamplerOptions } from "./text/sampling.ts";
 export { StopMatcher } from "./text/stop.ts";
 export { deeperThan, MAX_JSON_DEPTH } from "./text/json-depth.ts";
 // Which folder a path names (a Hugging Face download resolves to its snapshot), e.g. for the tokenizer.
 export { resolveModelFolder, type ModelFolder } from "./checkpoint/model-folder.ts";
+/** The expert-cache policies an engine accepts (EngineOptions.policy). */
+export { ONLINE_POLICIES as POLICY_NAMES } from "./memory/policy/index.ts";
 
 export interface EngineOptions {
   /** RAM budget preset: laptop | desktop | workstation | server | auto (default auto). */
@@ -57,8 +59,9 @@ export interface EngineOptions {
   verify?: boolean;
   /** Write per-token expert routing (JSONL, the reference traces' format) to this file. */
   trace?: string;
-  /** Progress of long steps at open: "indexing shards" (first open), "loading pinned layers". */
-  onProgress?: (label: string, done: number, total: number) => void;
+  /** Progress of long steps at open: "indexing shards" (first open; shards), "loading pinned
+   *  layers" (bytes: `unit` says so). */
+  onProgress?: (label: string, done: number, total: number, unit?: "bytes") => void;
   /** Compute threads (process-wide pool; 1..the pool's limit, 64); default: every hardware
    *  thread up to that limit (stats say when the limit applied). */
   threads?: number;
@@ -69,8 +72,8 @@ export interface EngineOptions {
   context?: number;
   /** Prefill chunk in tokens. */
   chunk?: number;
-  /** ISA override: "auto" | "scalar" | "avx2" | "avx512". */
-  isa?: "auto" | "scalar" | "avx2" | "avx512";
+  /** ISA override: "auto" or one of ISA_NAMES. */
+  isa?: keyof typeof ISA;
 }
 
 export interface TokenEvent {
@@ -116,7 +119,14 @@ export interface GenerationStats {
   peakRssBytes: number;
 }
 
-const ISA_CODES = { auto: -1, scalar: 0, avx2: 1, avx512: 2 } as const;
+/** The most compute and I/O threads an engine accepts (the kernel library's pools). */
+export function engineLimits(): { threads: number; ioThreads: number } {
+  const l = kernelLimits();
+  return { threads: l.poolThreads, ioThreads: l.ioThreads };
+}
+
+/** The kernel paths EngineOptions.isa can force (besides "auto"). */
+export const ISA_NAMES = (Object.keys(ISA) as (keyof typeof ISA)[]).filter((n) => n !== "auto");
 
 /** The compute pool's size for an engine, and why (reported in stats). */
 export interface ComputeThreads {
@@ -146,7 +156,7 @@ function refuseOverRam(budget: { bytes: number; source: string }): void {
   if (budget.bytes > usable.bytes)
     throw new K3Error("BUDGET", `the budget ${budget.source} (${gib(budget.bytes)}) is more than this machine's usable RAM ${gib(usable.bytes)} (${usable.binding.source}): it would swap`, [
       "choose a smaller --preset or --ram (k3 plan shows what each one does, for any machine)",
-      "or override this check explicitly, if you know the memory will be there",
+      "or pass --allow-over-ram (EngineOptions.allowOverRam) if you know the memory will be there",
     ]);
 }
 
@@ -236,7 +246,7 @@ export class Engine {
   static open(dir: string, opts: EngineOptions = {}): Engine {
     const k = loadKernels();
     const isa = opts.isa ?? "auto";
-    if (k.k3_isa_set(ISA_CODES[isa]) < 0) throw new K3Error("USAGE", `ISA path "${isa}" is not supported by this CPU`);
+    if (k.k3_isa_set(ISA[isa]) < 0) throw new K3Error("USAGE", `ISA path "${isa}" is not supported by this CPU`);
     const threads = computeThreads(k, opts.threads);
     const checkpoint = openCheckpointCached(dir, opts.onProgress && ((d, t) => opts.onProgress!("indexing shards", d, t)));
     const cfg = checkpoint.config;
@@ -261,7 +271,7 @@ export class Engine {
         ioThreads: opts.ioThreads,
         policy: opts.policy ?? "lfru",
         checksums: opts.verify ? loadChecksums(checkpoint) : undefined,
-        onProgress: opts.onProgress && ((d, t) => opts.onProgress!("loading pinned layers", d, t)),
+        onProgress: opts.onProgress && ((d, t) => opts.onProgress!("loading pinned layers", d, t, "bytes")),
       });
     }
     let model: Model;

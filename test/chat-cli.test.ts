@@ -1,14 +1,15 @@
 // `k3 chat` as a user runs it (spawned from source): a JSON / JSONL conversation on stdin → the
 // reply on stdout or --json; errors; and the interactive REPL driven through a pseudo-terminal.
 import { beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { parseConversation } from "../src/cli/commands/chat.ts";
+import { parseConversation } from "../src/cli/chat-options.ts";
 import { streamChat } from "../src/conversation.ts";
 import { Engine } from "../src/engine.ts";
 import { K3Error } from "../src/errors.ts";
 import { tinyModel } from "./helpers/models.ts";
+import { python, runInPty } from "./helpers/pty.ts";
 
 const CLI = [process.execPath, "src/cli/main.ts"];
 
@@ -44,7 +45,7 @@ describe("k3 chat, non-interactive", () => {
     const b = k3(args, JSON.stringify(convo));
     const j = JSON.parse(a.out);
     expect({ ...JSON.parse(b.out), stats: null }).toEqual({ ...j, stats: null });
-    expect(Object.keys(j).sort()).toEqual(["content", "finish_reason", "reasoning", "stats", "tool_calls", "usage"]);
+    expect(Object.keys(j).sort()).toEqual(["content", "finish_reason", "reasoning", "reasoning_cut", "stats", "tool_calls", "usage"]);
     const engine = Engine.open(model, { threads: 1 });
     try {
       const it = streamChat(engine, engine.createSession(), convo, { maxTokens: 12, thinking: false });
@@ -107,82 +108,36 @@ describe("parseConversation", () => {
   });
 });
 
-// The REPL needs a terminal. Python's pty module gives one; without python3 the test is skipped
-// and says so in its name.
-const python = Bun.which("python3");
-const PTY_DRIVER = `
-import json, os, pty, select, sys, time
-steps = json.load(open(sys.argv[1]))
-pid, fd = pty.fork()
-if pid == 0:
-    os.execvpe(steps["argv"][0], steps["argv"], steps["env"])
-out = b""
-def pump(until, timeout):
-    global out
-    end = time.time() + timeout
-    while time.time() < end:
-        if until is not None and out.count(until[0]) >= until[1]:
-            return
-        r, _, _ = select.select([fd], [], [], 0.05)
-        if r:
-            try:
-                d = os.read(fd, 65536)
-            except OSError:
-                return
-            if not d:
-                return
-            out += d
-pump((b"> ", 1), 30)
-for s in steps["send"]:
-    if s.get("after_output"):
-        # Wait until the reply is visibly streaming: this many bytes past the echoed line.
-        mark = len(out)
-        end = time.time() + 30
-        while len(out) < mark + s["after_output"] and time.time() < end:
-            pump(None, 0.02)
-    os.write(fd, s["text"].encode())
-    if s.get("then_prompt"):
-        pump((b"> ", out.count(b"> ") + 1), 30)
-pump(None, 2)
-_, status = os.waitpid(pid, 0)
-open(sys.argv[2], "wb").write(out)
-print(os.waitstatus_to_exitcode(status))
-`;
-
+// The REPL needs a terminal (test/helpers/pty.ts); without python3 the test is skipped and says
+// so in its name.
 describe("k3 chat, interactive", () => {
   test.skipIf(!python)(`REPL on a terminal: a reply, /think, /save, /reset, /load, /stats, Ctrl-C stops a reply, /exit${python ? "" : " (SKIPPED: no python3 for a pty)"}`, () => {
-    const driver = join(tmp, "drive_terminal.py");
-    writeFileSync(driver, PTY_DRIVER);
     const saved = join(tmp, "conv.json");
-    const steps = {
-      argv: [...CLI, "chat", model, "--gen", "1000000", "--context", "1000000", "--threads", "1"],
-      env: env(),
-      send: [
-        { text: "/think off\r", then_prompt: true },
-        { text: "/save " + saved + "\r", then_prompt: true },
+    const r = runInPty(
+      [...CLI, "chat", model, "--gen", "1000000", "--context", "1000000", "--threads", "1"],
+      env(),
+      [
+        { text: "/think off\r", then: "> " },
+        { text: "/save " + saved + "\r", then: "> " },
         { text: "hello\r" },
         // Ctrl-C while the reply streams (this conversation runs ~600 tokens before the model ends
         // it; we wait for ~40 bytes of it): the reply stops, the REPL stays.
-        { text: "\x03", after_output: 40, then_prompt: true },
-        { text: "/save " + saved + "\r", then_prompt: true },
-        { text: "/stats\r", then_prompt: true },
-        { text: "/reset\r", then_prompt: true },
-        { text: "/load " + saved + "\r", then_prompt: true },
-        { text: "/nope\r", then_prompt: true },
+        { text: "\x03", afterBytes: 40, then: "> " },
+        { text: "/save " + saved + "\r", then: "> " },
+        { text: "/stats\r", then: "> " },
+        { text: "/reset\r", then: "> " },
+        { text: "/load " + saved + "\r", then: "> " },
+        { text: "/nope\r", then: "> " },
         { text: "/exit\r" },
       ],
-    };
-    const stepsFile = join(tmp, "steps.json");
-    writeFileSync(stepsFile, JSON.stringify(steps));
-    const outFile = join(tmp, "pty-out.txt");
-    const p = Bun.spawnSync([python!, driver, stepsFile, outFile], { env: env() });
-    expect(p.stderr.toString()).toBe("");
-    expect(p.stdout.toString().trim()).toBe("0");
-    const out = readFileSync(outFile, "utf8");
+      "> ",
+    );
+    expect(r.code).toBe(0);
+    const out = r.out;
     expect(out).toContain("thinking off");
     expect(out).toContain("(stopped)");
     expect(out).toContain("last reply:");
-    expect(out).toContain("stop: cancelled");
+    expect(out).toContain("· cancelled");
     expect(out).toContain("conversation cleared");
     expect(out).toContain(`loaded 2 messages from ${saved}`);
     expect(out).toContain("unknown command /nope");

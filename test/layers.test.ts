@@ -29,15 +29,17 @@ const ALLOWED: Record<string, string[]> = {
   "src/cache-dir.ts": ["src/errors.ts"], // below everything: where k3 keeps its own files
   "src/files.ts": ["src/errors.ts"], // below everything: opening the files a user names
   "src/kernels.ts": ["zig-out/", "src/cache-dir.ts"],
-  "src/checkpoint/": ["src/errors.ts", "src/log.ts", "src/cache-dir.ts", "src/files.ts"],
+  "src/checkpoint/": ["src/errors.ts", "src/log.ts", "src/cache-dir.ts", "src/files.ts", "src/format.ts"],
   "src/text/": ["src/errors.ts", "src/log.ts", "src/files.ts"],
-  "src/model/": ["src/kernels.ts", "src/checkpoint/", "src/errors.ts", "src/log.ts", "src/files.ts"],
-  "src/memory/": ["src/kernels.ts", "src/checkpoint/", "src/model/cmem.ts", "src/model/weights.ts", "src/model/buffers.ts", "src/errors.ts", "src/log.ts", "src/cache-dir.ts", "src/files.ts"],
-  "src/engine.ts": ["src/kernels.ts", "src/checkpoint/", "src/model/", "src/memory/", "src/text/", "src/errors.ts", "src/log.ts"],
+  "src/model/": ["src/kernels.ts", "src/checkpoint/", "src/errors.ts", "src/log.ts", "src/files.ts", "src/format.ts"],
+  "src/memory/": ["src/kernels.ts", "src/checkpoint/", "src/model/cmem.ts", "src/model/weights.ts", "src/model/buffers.ts", "src/errors.ts", "src/log.ts", "src/cache-dir.ts", "src/files.ts", "src/format.ts"],
+  "src/engine.ts": ["src/kernels.ts", "src/checkpoint/", "src/model/", "src/memory/", "src/text/", "src/errors.ts", "src/log.ts", "src/format.ts"],
   "src/inspect.ts": ["src/checkpoint/", "src/memory/", "src/errors.ts", "src/log.ts"],
   "src/conversation.ts": ["src/engine.ts", "src/errors.ts", "src/log.ts"],
-  "src/server/": ["src/engine.ts", "src/conversation.ts", "src/errors.ts", "src/log.ts", "src/version.ts"],
-  "src/cli/": ["src/engine.ts", "src/inspect.ts", "src/conversation.ts", "src/server/", "src/errors.ts", "src/log.ts", "src/version.ts", "src/cache-dir.ts", "tools/gen/"],
+  // The numbers users see (stats JSON, stats line) are built once, for the CLI and the server.
+  "src/report.ts": ["src/engine.ts", "src/format.ts"],
+  "src/server/": ["src/engine.ts", "src/conversation.ts", "src/report.ts", "src/errors.ts", "src/log.ts", "src/version.ts"],
+  "src/cli/": ["src/engine.ts", "src/inspect.ts", "src/conversation.ts", "src/report.ts", "src/format.ts", "src/term.ts", "src/server/", "src/errors.ts", "src/log.ts", "src/version.ts", "src/cache-dir.ts", "tools/gen/"],
   "tools/reference/": ["tools/gen/"], // test models only; nothing from src/ or kernels/
 };
 

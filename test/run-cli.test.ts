@@ -1,11 +1,10 @@
 // `k3 run` as a user runs it (spawned from source): prompt sources, sampling flags, stop strings,
-// JSON output, Ctrl-C, the demo default, errors; plus the prefill progress line.
+// JSON output, Ctrl-C, the demo default, errors (progress lines: test/progress.test.ts).
 import { beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, readdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Tokenizer } from "../src/engine.ts";
-import { prefillProgress, progressLine } from "../src/cli/progress.ts";
 import { tinyModel } from "./helpers/models.ts";
 
 const CLI = [process.execPath, "src/cli/main.ts"];
@@ -160,7 +159,7 @@ describe("k3 run: errors, Ctrl-C", () => {
     const code = await p.exited;
     const err = await new Response(p.stderr).text();
     expect(code).toBe(130);
-    expect(err).toContain("stop: cancelled");
+    expect(err).toContain("· cancelled");
     const n = Number(/(\d+) tokens \(prompt/.exec(err)![1]);
     expect(out.trim().split(" ")).toHaveLength(n); // every generated id was printed, none lost
   });
@@ -184,32 +183,5 @@ describe("k3 run: the embedded demo model", () => {
     expect(again.code).toBe(0);
     expect(again.out).toBe(o1);
     expect(again.err).not.toContain("generated the demo model");
-  });
-});
-
-describe("prefill progress", () => {
-  test("quiet on a non-TTY stream", () => {
-    expect(prefillProgress({ stream: { isTTY: false, write: () => {} } })).toBeUndefined();
-  });
-  test("draws done/total, percent, bytes and ETA after a delay, then erases its line", () => {
-    const writes: string[] = [];
-    let t = 0;
-    let bytes = 1000;
-    const cb = prefillProgress({ stream: { isTTY: true, write: (s: string) => writes.push(s) }, now: () => t, bytesRead: () => bytes })!;
-    cb(32, 320); // starts the clock at t = 0
-    t = 100;
-    cb(64, 320); // too early: short prefills print nothing
-    expect(writes).toEqual([]);
-    t = 1000;
-    bytes = 2_001_000;
-    cb(160, 320);
-    expect(writes).toHaveLength(1);
-    expect(writes[0]).toContain("prefill 160/320 tokens · 50% · 2.00 MB read · ETA 1.0 s");
-    cb(320, 320);
-    expect(writes.at(-1)).toBe("\r\x1b[2K");
-  });
-  test("progressLine: ETA from the rate so far", () => {
-    expect(progressLine(25, 100, 2000)).toBe("prefill 25/100 tokens · 25% · ETA 6.0 s");
-    expect(progressLine(0, 100, 0)).toBe("prefill 0/100 tokens · 0%");
   });
 });

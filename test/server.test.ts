@@ -76,7 +76,7 @@ describe("completions", () => {
     const finish = chunks.find((c) => c.choices[0]?.finish_reason);
     expect(finish.k3.generated_tokens).toBe(want.ids.length);
     expect(finish.k3.bytes_read).toBeGreaterThan(0);
-    expect(typeof finish.k3.s_per_token).toBe("number");
+    expect(typeof finish.k3.ms_per_token).toBe("number");
     const usage = chunks.at(-1);
     expect(usage.choices).toEqual([]);
     expect(usage.usage).toMatchObject({ prompt_tokens: 5, completion_tokens: want.ids.length });
@@ -273,7 +273,7 @@ test("tool calls come back in OpenAI's shape with finish_reason tool_calls", () 
   const stats = { promptTokens: 9, generatedTokens: 4, prefillMs: 1, decodeMs: 2, msPerToken: 0.5, stopReason: "stop", peakRssBytes: 1,
     io: { trunkBytesRead: 10, expertBytesRead: 5, reads: 1, expertRequests: 2, expertHits: 1, lookaheadIssued: 0, lookaheadUsed: 0, ioWaitMs: 0, directIo: true },
     ioPerToken: { bytesRead: 3.75, trunkBytes: 2.5, expertBytes: 1.25, reads: 0.25, hits: 0.25 } } as const;
-  const result = { reasoning: "need weather", content: "", finishReason: "tool_calls" as const, usage: { promptTokens: 9, completionTokens: 4, cachedTokens: 0 }, stats: stats as any,
+  const result = { reasoning: "need weather", reasoningCut: false, content: "", finishReason: "tool_calls" as const, usage: { promptTokens: 9, completionTokens: 4, cachedTokens: 0 }, stats: stats as any,
     toolCalls: [{ index: 1, name: "get_weather", arguments: '{"city":"Paris"}' }] };
   const body = chatCompletionJson({ id: "chatcmpl-abc", created: 1, model: "tiny-a" }, result);
   expect(body.choices[0]!.finish_reason).toBe("tool_calls");

@@ -43,8 +43,12 @@ describe("k3 tokenize", () => {
     expect(ids).toEqual(tok.encodeWithSpecials(TEXT));
     expect(ids).toContain(tok.specialId("<|open|>"));
   });
-  test("no input, or both an argument and --file, is a usage error (exit 2)", () => {
-    expect(k3(["tokenize", dir]).code).toBe(2);
+  test("no text given: stdin is the text when it is not a terminal, like k3 run", () => {
+    const r = k3(["tokenize", dir, "--json"], TEXT);
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.out).ids).toEqual(Tokenizer.load(dir).encode(TEXT));
+  });
+  test("both an argument and --file is a usage error (exit 2)", () => {
     expect(k3(["tokenize", dir, "-", "--file", join(root, "in.txt")]).code).toBe(2);
   });
   test("a folder without tokenizer files exits 2 and names the files", () => {

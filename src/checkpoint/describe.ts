@@ -1,5 +1,6 @@
 // What `k3 info` reports, as one plain JSON-able object, plus its human rendering. Built from an
 // opened checkpoint (layout facts known) or from release metadata alone (layout unknown).
+import { formatBytes, formatRanges } from "../format.ts";
 import { catalogueFromMetadata, openCheckpoint } from "./catalogue.ts";
 import type { ByteCensus } from "./census.ts";
 import { isMoeLayer } from "./shapes.ts";
@@ -91,20 +92,7 @@ export function describeMetadata(configPath: string, indexPath: string): InfoRep
   };
 }
 
-/** Zero-based layer numbers as ranges: [0,1,2,4,5,6,8] → "0-2,4-6,8". */
-export function compressRanges(xs: readonly number[]): string {
-  const parts: string[] = [];
-  for (let i = 0; i < xs.length; ) {
-    let j = i;
-    while (j + 1 < xs.length && xs[j + 1] === xs[j]! + 1) j++;
-    parts.push(j === i ? `${xs[i]}` : `${xs[i]}-${xs[j]}`);
-    i = j + 1;
-  }
-  return parts.length ? parts.join(",") : "none";
-}
-
 const n = (x: number) => x.toLocaleString("en-US");
-const gb = (x: number) => `${(x / 1e9).toFixed(2)} GB`;
 
 export function renderInfo(r: InfoReport): string {
   const a = r.architecture, c = r.census, m = r.layerMap;
@@ -116,8 +104,8 @@ export function renderInfo(r: InfoReport): string {
   lines.push(`  MoE ${a.experts} experts, top-${a.topK}, ${a.sharedExperts} shared, expert inter ${a.moeInter}, latent ${a.latent}; dense inter ${a.denseInter}`);
   lines.push(`  AttnRes block ${a.attnResBlock}`);
   lines.push("", "layer map (zero-based)");
-  lines.push(`  KDA ${compressRanges(m.kda)}`, `  MLA ${compressRanges(m.mla)}`);
-  lines.push(`  dense ${compressRanges(m.dense)}`, `  MoE ${compressRanges(m.moe)}`);
+  lines.push(`  KDA ${formatRanges(m.kda)}`, `  MLA ${formatRanges(m.mla)}`);
+  lines.push(`  dense ${formatRanges(m.dense)}`, `  MoE ${formatRanges(m.moe)}`);
   lines.push("", "tensors");
   lines.push(`  ${n(r.tensors.nonExpert)} language-model non-expert + ${n(r.tensors.expert)} expert; ${n(r.tensors.ignored)} non-LM (vision) ignored`);
   lines.push(`  all ${n(r.tensors.listed)} names accounted for, in ${r.tensors.shards} shards`);
@@ -130,16 +118,16 @@ export function renderInfo(r: InfoReport): string {
     g.count++;
     groups.set(key, g);
   });
-  lines.push(`  trunk ${n(c.trunkBytes)} (${gb(c.trunkBytes)}) over ${c.trunkBytesPerLayer.length} layers:`);
+  lines.push(`  trunk ${n(c.trunkBytes)} (${formatBytes(c.trunkBytes)}) over ${c.trunkBytesPerLayer.length} layers:`);
   for (const [key, g] of groups) lines.push(`    ${n(g.bytes)} × ${g.count} (${key.split(" ")[0]})`);
-  lines.push(`  experts ${n(c.expertCount)} × ${n(c.expertBytes)} = ${n(c.expertCount * c.expertBytes)} (${gb(c.expertCount * c.expertBytes)})`);
+  lines.push(`  experts ${n(c.expertCount)} × ${n(c.expertBytes)} = ${n(c.expertCount * c.expertBytes)} (${formatBytes(c.expertCount * c.expertBytes)})`);
   lines.push(`  embedding + lm_head ${n(c.embedBytes)} + ${n(c.headBytes)} = ${n(c.embedBytes + c.headBytes)}`);
-  lines.push(`  final norms ${n(c.finalBytes)}; language model total ${n(c.totalBytes)} (${gb(c.totalBytes)})`);
+  lines.push(`  final norms ${n(c.finalBytes)}; language model total ${n(c.totalBytes)} (${formatBytes(c.totalBytes)})`);
   lines.push("", "layout");
   if (!r.layout) lines.push("  unknown (offsets live only in shard headers)");
   else {
     const L = r.layout;
-    lines.push(`  contiguous trunk runs: ${L.contiguousLayers}/${L.layers} layers${L.nonContiguousLayers.length ? ` (not: ${compressRanges(L.nonContiguousLayers)})` : ""}`);
+    lines.push(`  contiguous trunk runs: ${L.contiguousLayers}/${L.layers} layers${L.nonContiguousLayers.length ? ` (not: ${formatRanges(L.nonContiguousLayers)})` : ""}`);
     lines.push(`  adjacent experts: ${n(L.adjacentExperts)}/${n(L.experts)}`);
   }
   return `${lines.join("\n")}\n`;

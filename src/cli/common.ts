@@ -1,29 +1,72 @@
 // Arguments and helpers shared by the commands that open a model (run, chat, serve, bench).
+// Every flag is checked before a model is opened (here, or by Engine.open before it reads
+// anything: the thread limits of the kernel library): a typo or an impossible value is a usage
+// error (exit 2) in milliseconds, never a failure after minutes of loading.
 import type { ArgsDef } from "citty";
+import { availableParallelism } from "node:os";
+import { ISA_NAMES, POLICY_NAMES, type EngineOptions } from "../engine.ts";
+import { PRESETS } from "../inspect.ts";
 import { K3Error } from "../errors.ts";
-import type { EngineOptions } from "../engine.ts";
+import { log } from "../log.ts";
 import { barProgress } from "./progress.ts";
 
-export const engineArgs = {
-  threads: { type: "string", description: "compute threads (default: all cores)" },
-  context: { type: "string", description: "context limit in tokens (default 4096)" },
-  chunk: { type: "string", description: "prefill chunk in tokens (default 32)" },
-  isa: { type: "string", description: "force a kernel path: auto | scalar | avx2 | avx512" },
-  preset: { type: "string", description: "RAM budget: laptop (8G) | desktop (32G) | workstation (96G) | server (224G) | auto" },
-  ram: { type: "string", description: "RAM budget as a size, e.g. 12G (wins over --preset)" },
-  prefetch: { type: "boolean", default: true, description: "read the next layer while one computes (--no-prefetch to disable)" },
-  lookahead: { type: "boolean", default: true, description: "router lookahead during decode (--no-lookahead to disable)" },
-  "direct-io": { type: "boolean", default: true, description: "O_DIRECT reads (--no-direct-io for the page cache)" },
-  policy: { type: "string", description: "expert cache policy: lfru (default) | lru | fifo | s3fifo" },
-  "io-threads": { type: "string", description: "I/O threads (default 4)" },
-  verify: { type: "boolean", description: "check every expert read against the checksums `k3 verify --record` wrote" },
-  trace: { type: "string", description: "write per-token expert routing (JSONL) to this file" },
+/** Counts (--gen, --context, --chunk, …) above this are refused: no run gets near it, and a
+ *  bigger number is a typo, not a request (JS numbers lose integers past 2^53). */
+export const MAX_COUNT = 2 ** 31 - 1;
+
+/** Fixed choices of flags, for errors, help and shell completion. */
+export const CHOICES: Record<string, readonly string[]> = {
+  isa: ["auto", ...ISA_NAMES],
+  policy: POLICY_NAMES,
+  preset: [...Object.keys(PRESETS), "auto"],
+  effort: ["low", "high", "max", "none"],
+};
+
+/** `-m DIR` (llama.cpp's spelling) as an option; the positional DIR works too. */
+export const modelOption = {
+  model: { type: "string", alias: ["m"], valueHint: "DIR", description: "model folder (same as the DIR operand)" },
 } satisfies ArgsDef;
 
-export function positiveInt(v: string | undefined, flag: string): number | undefined {
+export const engineArgs = {
+  threads: { type: "string", alias: ["t"], valueHint: "N", description: "compute threads (default: all cores; bit-identical at any count)" },
+  context: { type: "string", alias: ["c", "ctx-size"], valueHint: "N", description: "context limit in tokens (default 4096)" },
+  chunk: { type: "string", alias: ["b", "batch-size"], valueHint: "N", description: "prefill chunk in tokens (default 32)" },
+  isa: { type: "string", valueHint: "ISA", description: "force a kernel path: auto | scalar | avx2 | avx512" },
+  preset: { type: "string", valueHint: "NAME", description: "RAM budget: laptop (8G) | desktop (32G) | workstation (96G) | server (224G) | auto" },
+  ram: { type: "string", valueHint: "SIZE", description: "RAM budget as a size, e.g. 12G (G = 2^30; wins over --preset)" },
+  prefetch: { type: "boolean", default: true, description: "read the next layer while one computes" },
+  lookahead: { type: "boolean", default: true, description: "router lookahead during decode" },
+  "direct-io": { type: "boolean", default: true, description: "O_DIRECT reads (--no-direct-io: the page cache)" },
+  policy: { type: "string", valueHint: "NAME", description: "expert cache policy: lfru (default) | lru | fifo | s3fifo" },
+  "io-threads": { type: "string", valueHint: "N", description: "I/O threads (default 4)" },
+  verify: { type: "boolean", description: "check every read against the checksums `k3 verify --record` wrote" },
+  trace: { type: "string", valueHint: "FILE", description: "write per-token expert routing (JSONL) to FILE" },
+  "allow-over-ram": { type: "boolean", description: "open even when --ram / --preset is more than this machine's usable RAM (it may swap)" },
+} satisfies ArgsDef;
+
+/** A positive integer flag; refused: 0, signs, decimals, exponents, hex, and anything above `max`. */
+export function positiveInt(v: string | undefined, flag: string, max = MAX_COUNT, why = ""): number | undefined {
   if (v === undefined || v === "") return undefined;
   if (!/^\d+$/.test(v) || Number(v) < 1) throw new K3Error("USAGE", `${flag} must be a positive integer, got "${v}"`);
-  return Number(v);
+  const n = Number(v);
+  if (n > max) throw new K3Error("USAGE", `${flag} must be at most ${max}${why}, got ${v}`);
+  return n;
+}
+
+/** `--ram` must carry a unit below 1 MiB: "12" would be 12 bytes, which nobody means. */
+export function ramFlag(v: string | undefined): string | undefined {
+  if (v === undefined || v === "") return undefined;
+  const bare = /^\s*(\d+(?:\.\d+)?)\s*$/.exec(v);
+  if (bare && Number(bare[1]) < 2 ** 20)
+    throw new K3Error("USAGE", `--ram ${v} has no unit, so it means ${v} bytes`, [`did you mean --ram ${bare[1]}G (${bare[1]} GiB)? Units: K/M/G/T binary (G = 2^30), KB/MB/GB/TB decimal`]);
+  return v;
+}
+
+function oneOf(v: string | undefined, flag: string, name: string, fallback: string): string {
+  const x = v ?? fallback;
+  const choices = CHOICES[name]!;
+  if (!choices.includes(x)) throw new K3Error("USAGE", `${flag} must be ${choices.join(", ")}; got "${x}"`);
+  return x;
 }
 
 export interface EngineArgs {
@@ -40,59 +83,52 @@ export interface EngineArgs {
   "io-threads"?: string;
   verify?: boolean;
   trace?: string;
+  "allow-over-ram"?: boolean;
+}
+
+/** Compute threads from --threads (Engine.open refuses more than the pool's limit); more than this
+ *  machine's cores works (same output) but is slower, so it warns. */
+export function threadsFlag(v: string | undefined): number | undefined {
+  const threads = positiveInt(v, "--threads");
+  const cores = availableParallelism();
+  if (threads !== undefined && threads > cores) log.warn(`--threads ${threads} is more than this machine's ${cores} cores: the output is the same, but it will run slower than --threads ${cores}`);
+  return threads;
 }
 
 export function engineOptions(args: EngineArgs): EngineOptions {
-  const isa = args.isa ?? "auto";
-  if (!["auto", "scalar", "avx2", "avx512"].includes(isa)) throw new K3Error("USAGE", `--isa must be auto, scalar, avx2 or avx512, got "${isa}"`);
-  const policy = args.policy ?? "lfru";
-  if (!["lfru", "lru", "fifo", "s3fifo"].includes(policy)) throw new K3Error("USAGE", `--policy must be lfru, lru, fifo or s3fifo, got "${policy}"`);
+  if (args.preset !== undefined) oneOf(args.preset, "--preset", "preset", "auto");
   return {
-    threads: positiveInt(args.threads, "--threads"),
+    threads: threadsFlag(args.threads),
     context: positiveInt(args.context, "--context"),
     chunk: positiveInt(args.chunk, "--chunk"),
-    isa: isa as EngineOptions["isa"],
+    isa: oneOf(args.isa, "--isa", "isa", "auto") as EngineOptions["isa"],
     preset: args.preset,
-    ram: args.ram,
+    ram: ramFlag(args.ram),
     prefetch: args.prefetch ?? true,
     lookahead: args.lookahead ?? true,
     direct: args["direct-io"] ?? true,
-    policy: policy as EngineOptions["policy"],
+    policy: oneOf(args.policy, "--policy", "policy", "lfru") as EngineOptions["policy"],
     ioThreads: positiveInt(args["io-threads"], "--io-threads"),
     verify: args.verify ?? false,
     trace: args.trace,
+    allowOverRam: args["allow-over-ram"] ?? false,
     onProgress: barProgress(),
   };
 }
 
-/** The model directory: the argument, else $K3_MODEL. */
-export function resolveModelDir(arg: string | undefined): string {
-  const dir = arg || process.env.K3_MODEL;
-  if (!dir) throw new K3Error("USAGE", "no model directory: pass one or set $K3_MODEL");
+/** The model folder: -m/--model, else the DIR operand, else $K3_MODEL (both given: refused). */
+export function resolveModelDir(operand: string | undefined, option?: string): string {
+  const dir = pickModel(operand, option) || process.env.K3_MODEL;
+  if (!dir) throw new K3Error("USAGE", "no model folder: pass DIR (or -m DIR), or set $K3_MODEL");
   return dir;
+}
+
+export function pickModel(operand: string | undefined, option: string | undefined): string | undefined {
+  if (operand !== undefined && option !== undefined) throw new K3Error("USAGE", `two model folders: "${operand}" and -m "${option}"; give one`);
+  return option ?? operand;
 }
 
 /** Read all of stdin as UTF-8 text. */
 export async function readStdin(): Promise<string> {
   return await new Response(Bun.stdin.stream()).text();
-}
-
-/** Parse "1,2,3" / "1 2 3" into ids. */
-export function parseIds(s: string): number[] {
-  const parts = s.split(/[\s,]+/).filter(Boolean);
-  if (parts.length === 0) throw new K3Error("USAGE", "--ids needs at least one token id");
-  return parts.map((p) => {
-    if (!/^\d+$/.test(p)) throw new K3Error("USAGE", `bad token id "${p}" (expected a non-negative integer)`);
-    return Number(p);
-  });
-}
-
-export function formatBytes(n: number): string {
-  const u = ["B", "KB", "MB", "GB", "TB"];
-  let i = 0;
-  while (n >= 1000 && i < u.length - 1) {
-    n /= 1000;
-    i++;
-  }
-  return `${n.toFixed(i === 0 ? 0 : 2)} ${u[i]}`;
 }

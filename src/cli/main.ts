@@ -1,114 +1,89 @@
 #!/usr/bin/env bun
 // k3 command-line entry (the `bun build --compile` entrypoint). Each command is one file under
-// commands/, imported lazily so `k3 --help` loads nothing heavy. This is the only place that
-// maps errors to exit statuses and calls process.exit (docs/CLI.md lists the codes).
-import { defineCommand, renderUsage, runCommand, showUsage, type CommandDef } from "citty";
+// commands/, listed in registry.ts and imported lazily. Arguments are parsed strictly here
+// (args.ts) before a command runs. This is the only place that maps errors to exit statuses and
+// calls process.exit (docs/CLI.md lists the codes), and the only place an unexpected error is
+// turned into a message: no stack trace reaches a user (K3_LOG_LEVEL=debug shows it).
 import { EXIT_CODES, K3Error } from "../errors.ts";
-import { log } from "../log.ts";
+import { log, parseLogLevel } from "../log.ts";
 import { VERSION } from "../version.ts";
-
-const lazy = (load: () => Promise<{ default: CommandDef<any> }>) => () => load().then((m) => m.default);
-
-const main = defineCommand({
-  meta: { name: "k3", version: VERSION, description: "Run Kimi K3 on one CPU machine, streaming its weights from disk" },
-  subCommands: {
-    info: lazy(() => import("./commands/info.ts")),
-    tokenize: lazy(() => import("./commands/tokenize.ts")),
-    detokenize: lazy(() => import("./commands/detokenize.ts")),
-    run: lazy(() => import("./commands/run.ts")),
-    chat: lazy(() => import("./commands/chat.ts")),
-    verify: lazy(() => import("./commands/verify.ts")),
-    bench: lazy(() => import("./commands/bench.ts")),
-    "simulate-cache": lazy(() => import("./commands/simulate-cache.ts")),
-    plan: lazy(() => import("./commands/plan.ts")),
-    serve: lazy(() => import("./commands/serve.ts")),
-  },
-});
+import { argTable, parseCommandLine } from "./args.ts";
+import { renderCommandHelp, renderMainHelp } from "./help.ts";
+import { clearProgressLines } from "./progress.ts";
+import { allCommands, COMMANDS } from "./registry.ts";
 
 /** Exit status when stdout's reader went away (`k3 run … | head`): the shell's SIGPIPE code. */
 const EXIT_BROKEN_PIPE = 141;
 
-function isBrokenPipe(err: unknown): boolean {
-  return typeof err === "object" && err !== null && (err as { code?: unknown }).code === "EPIPE";
-}
+/** Node/Bun system errors that are the user's environment, not a k3 bug: said plainly, with the
+ *  exit status of a failed read or write (IO). */
+const SYSTEM_ERRORS: Record<string, string> = {
+  ENOENT: "no such file or folder",
+  EISDIR: "is a folder, not a file",
+  ENOTDIR: "is not a folder",
+  EACCES: "permission denied",
+  EPERM: "operation not permitted",
+  ENOSPC: "no space left on the device",
+  EROFS: "read-only file system",
+  EMFILE: "too many open files",
+  EEXIST: "already exists",
+};
 
 function fail(err: unknown): never {
+  const code = typeof err === "object" && err !== null ? (err as { code?: unknown }).code : undefined;
   // The reader of stdout closed the pipe: nobody wants more output. Stop quietly.
-  if (isBrokenPipe(err)) process.exit(EXIT_BROKEN_PIPE);
+  if (code === "EPIPE") process.exit(EXIT_BROKEN_PIPE);
+  clearProgressLines();
   if (err instanceof K3Error) {
     log.error(err.message);
     process.exit(EXIT_CODES[err.code]);
   }
-  log.error(err instanceof Error ? (err.stack ?? err.message) : String(err));
-  process.exit(1);
+  const message = err instanceof Error ? err.message : String(err);
+  const system = typeof code === "string" && code in SYSTEM_ERRORS;
+  if (system) {
+    const path = (err as { path?: unknown }).path;
+    log.error(typeof path === "string" ? `${path}: ${SYSTEM_ERRORS[code]} (${code})` : `${message}`);
+  } else {
+    log.error(`internal error: ${message}`);
+    log.info("this is a bug in k3: please report it with the command line (K3_LOG_LEVEL=debug shows where it happened)");
+  }
+  if (err instanceof Error && err.stack) log.debug(err.stack);
+  process.exit(system ? EXIT_CODES.IO : EXIT_CODES.INTERNAL);
 }
 
-/** citty's runMain exits 1 for every error; k3 needs distinct codes, so it is spelled out here. */
-async function run(rawArgs: string[]): Promise<void> {
-  const help = rawArgs.includes("--help") || rawArgs.includes("-h");
-  if (help) {
-    // Usage of the deepest subcommand named; citty resolves it from the raw args.
-    await showUsage(...(await resolveForUsage(rawArgs)));
+async function main(argv: string[]): Promise<void> {
+  if (parseLogLevel(process.env.K3_LOG_LEVEL) === undefined)
+    throw new K3Error("USAGE", `K3_LOG_LEVEL must be silent, error, warn, info, debug or trace (or 0-5), got "${process.env.K3_LOG_LEVEL}"`);
+  const [first, ...rest] = argv;
+  if (first === undefined || first === "--help" || first === "-h") {
+    if (rest.length) return await main(["help", ...rest]);
+    process.stdout.write(renderMainHelp(await allCommands()));
     return;
   }
-  if (rawArgs.length === 1 && (rawArgs[0] === "--version" || rawArgs[0] === "-v")) {
+  if (first === "--version" || first === "-v") {
+    if (rest.length) throw new K3Error("USAGE", `${first} takes no arguments`);
     process.stdout.write(`${VERSION}\n`);
     return;
   }
-  if (rawArgs.length === 0) {
-    await showUsage(main);
+  if (first.startsWith("-")) throw new K3Error("USAGE", `unknown option ${first}: a command comes first`, ["k3 --help lists the commands"]);
+  const load = COMMANDS[first];
+  if (!load) {
+    const near = Object.keys(COMMANDS).find((c) => c.startsWith(first) || first.startsWith(c));
+    throw new K3Error("USAGE", `unknown command "${first}"`, [...(near ? [`did you mean k3 ${near}?`] : []), "k3 --help lists the commands"]);
+  }
+  const cmd = await load();
+  const beforeOperands = rest.indexOf("--") < 0 ? rest : rest.slice(0, rest.indexOf("--"));
+  if (beforeOperands.includes("--help") || beforeOperands.includes("-h")) {
+    process.stdout.write(renderCommandHelp(first, cmd));
     return;
   }
-  const [cmd] = await resolveForUsage(rawArgs);
-  if (cmd !== main) rejectUnknownOptions(cmd, rawArgs);
-  try {
-    await runCommand(main, { rawArgs });
-  } catch (err) {
-    // citty does not export CLIError; its errors carry name "CLIError" and a code.
-    if (err instanceof Error && err.name === "CLIError") {
-      process.stderr.write(`${await renderUsage(...(await resolveForUsage(rawArgs)))}\n`);
-      log.error(err.message);
-      process.exit(EXIT_CODES.USAGE);
-    }
-    throw err;
-  }
-}
-
-/**
- * citty ignores options it does not know, so `--temprature 0.9` or `--max-tokens 2` would run
- * with defaults and say nothing. Every `--name` must be one of the command's options (booleans
- * also as `--no-name`); anything after `--` is an operand.
- */
-function rejectUnknownOptions(cmd: CommandDef<any>, rawArgs: string[]): void {
-  const defs = (cmd.args ?? {}) as Record<string, { type?: string; alias?: string | string[] }>;
-  const known = new Set<string>();
-  for (const [name, d] of Object.entries(defs)) {
-    known.add(name);
-    for (const a of [d.alias ?? []].flat()) known.add(a);
-    if (d.type === "boolean") known.add(`no-${name}`);
-  }
-  const unknown: string[] = [];
-  for (const a of rawArgs) {
-    if (a === "--") break;
-    if (!a.startsWith("--") || a === "--help") continue;
-    const name = a.slice(2).split("=")[0]!;
-    if (!known.has(name)) unknown.push(a.split("=")[0]!);
-  }
-  if (unknown.length) {
-    const name = (cmd.meta as { name?: string } | undefined)?.name ?? "";
-    throw new K3Error("USAGE", `unknown option${unknown.length > 1 ? "s" : ""} ${unknown.join(", ")} for k3 ${name}`, [`see k3 ${name} --help`]);
-  }
-}
-
-async function resolveForUsage(rawArgs: string[]): Promise<[CommandDef<any>, CommandDef<any>?]> {
-  const subs = main.subCommands as Record<string, () => Promise<CommandDef<any>>>;
-  const name = rawArgs.find((a) => !a.startsWith("-"));
-  if (name && subs[name]) return [await subs[name](), main];
-  return [main];
+  const parsed = parseCommandLine(argTable((cmd.args ?? {}) as never), rest, first);
+  await cmd.run?.({ args: parsed.args as never, rawArgs: parsed.rawArgs, cmd });
 }
 
 process.on("unhandledRejection", fail);
-run(process.argv.slice(2)).then(
+process.on("uncaughtException", fail);
+main(process.argv.slice(2)).then(
   () => process.exit(process.exitCode ?? 0),
   fail,
 );

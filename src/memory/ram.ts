@@ -3,6 +3,7 @@
 // <cgroupRoot>/<path>/… ; cgroup v1 (the "memory" controller line of /proc/self/cgroup):
 // memory.limit_in_bytes at <cgroupRoot>/memory/<path>/… . A limit a parent sets binds the child
 // too, hence the walk. Paths are parameters so tests drive a fake /proc and /sys/fs/cgroup tree.
+import { formatBytes } from "../format.ts";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { K3Error } from "../errors.ts";
@@ -95,8 +96,8 @@ export function parseSize(text: string): number {
   return Math.floor(Number(m[1]) * unit);
 }
 
-/** Bytes as GiB with 2 decimals, the unit plans print in. */
-export const gib = (bytes: number): string => `${(bytes / 2 ** 30).toFixed(2)} GiB`;
+/** Bytes as GiB with 2 decimals, the unit plans print in (src/format.ts formats every byte count). */
+export const gib = (bytes: number): string => formatBytes(bytes, "GiB");
 
 // RAM budget presets and how `--preset` / `--ram` become a byte budget. Presets are budgets for
 // k3 itself (what the plan may allocate), in GiB; "auto" is the usable RAM of this machine.

@@ -34,8 +34,8 @@ export interface StreamOptions {
   policy: PolicyName;
   /** Recorded CRC-32Cs (`k3 verify --record`): every read is checked against them. */
   checksums?: Checksums;
-  /** Progress of loading the pinned units at open. */
-  onProgress?: (done: number, total: number) => void;
+  /** Progress of loading the pinned units at open, in bytes (called with 0 first). */
+  onProgress?: (doneBytes: number, totalBytes: number) => void;
 }
 
 export class StreamingWeights implements WeightProvider {

@@ -23,8 +23,9 @@ export interface TrunkOptions {
   prefetch: boolean;
   /** Called when a unit's bytes landed, before any use (--verify); throws to refuse them. */
   check?: (u: number, plan: ReadPlan, base: number) => void;
-  /** Progress of loading the pinned units at open. */
-  onProgress?: (done: number, total: number) => void;
+  /** Progress of loading the pinned units at open, in bytes (called with 0 first): units differ
+   *  in size by 100×, so a count of units would stall on the big ones. */
+  onProgress?: (doneBytes: number, totalBytes: number) => void;
 }
 
 /** Reads of pinned units kept in flight at once while loading at open. */
@@ -81,12 +82,16 @@ export class TrunkRing {
   /** Read the pinned units in parallel on the I/O pool, a bounded number of reads in flight. */
   private loadPinned(mem: CBuffers, order: number[]): void {
     const inflight: { u: number; buf: CBuf; read: InFlight }[] = [];
+    const totalBytes = order.reduce((n, u) => n + this.units[u]!.plan.payloadBytes, 0);
+    let landedBytes = 0;
+    this.opts.onProgress?.(0, totalBytes);
     const land = () => {
       const { u, buf, read } = inflight.shift()!;
       this.reader.finish(read);
       this.opts.check?.(u, read.plan, buf.ptr);
       this.pinned.set(u, buf);
-      this.opts.onProgress?.(this.pinned.size, order.length);
+      landedBytes += read.plan.payloadBytes;
+      this.opts.onProgress?.(landedBytes, totalBytes);
     };
     try {
       for (const u of order) {

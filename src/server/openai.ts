@@ -1,7 +1,8 @@
 // Response objects in OpenAI's exact shapes (chat.completion, chat.completion.chunk,
 // text_completion), plus the `k3` extension object carrying the engine's stats. Fields follow
 // the OpenAI API reference and what vLLM / SGLang send, so clients written for either parse ours.
-import type { GenerationStats, ParsedToolCall } from "../engine.ts";
+import type { ParsedToolCall } from "../engine.ts";
+import { statsJson } from "../report.ts";
 import type { ChatResult, CompletionResult, Usage } from "../conversation.ts";
 
 export type OpenAiFinish = "stop" | "length" | "tool_calls";
@@ -23,28 +24,9 @@ export function usageJson(u: Usage) {
   };
 }
 
-const round2 = (x: number) => Math.round(x * 100) / 100;
-
-/** The `k3` extension: what this generation cost (bytes read, cache hits, time per token). */
-export function k3Json(s: GenerationStats) {
-  return {
-    prompt_tokens: s.promptTokens,
-    generated_tokens: s.generatedTokens,
-    stop_reason: s.stopReason,
-    prefill_ms: round2(s.prefillMs),
-    decode_ms: round2(s.decodeMs),
-    s_per_token: s.msPerToken / 1000,
-    bytes_read: s.io.trunkBytesRead + s.io.expertBytesRead,
-    bytes_read_per_token: Math.round(s.ioPerToken.bytesRead),
-    reads: s.io.reads,
-    expert_requests: s.io.expertRequests,
-    expert_hits: s.io.expertHits,
-    io_wait_ms: round2(s.io.ioWaitMs),
-    verify_ms: round2(s.io.verifyMs),
-    direct_io: s.io.directIo,
-    peak_rss_bytes: s.peakRssBytes,
-  };
-}
+/** The `k3` extension: what this generation cost (bytes read, cache hits, time per token) — the
+ *  same object `k3 run --json` and `k3 chat --json` print as `stats` (src/report.ts). */
+export const k3Json = statsJson;
 
 export function toolCallsJson(calls: ParsedToolCall[], requestId: string) {
   return calls.map((c, i) => ({

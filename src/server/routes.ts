@@ -1,5 +1,6 @@
 // The route table: each path pattern and its handlers by method. HEAD is answered by the GET
 // handler (Bun sends the headers without the body); a known path with another method is 405.
+import { engineStatsJson } from "../report.ts";
 import type { ServerContext } from "./context.ts";
 import { chat, completion } from "./generation.ts";
 import { METRICS_CONTENT_TYPE, metricsText } from "./metrics.ts";
@@ -38,14 +39,14 @@ export const ROUTES: Record<string, Route> = {
       const c = ctx.counters;
       return Response.json({
         model: ctx.names.id,
-        engine: ctx.engine.stats(),
+        engine: engineStatsJson(ctx.engine.stats()),
         server: {
           requests: c.requests,
           generations: c.generations,
           cancelled: c.cancelled,
           errors: c.errors,
           queue: { running: ctx.queue.running, waiting: ctx.queue.waiting, capacity: ctx.queue.capacity },
-          bodies: ctx.bodies.counters,
+          bodies: { receiving: ctx.bodies.counters.receiving, too_many: ctx.bodies.counters.tooMany, timed_out: ctx.bodies.counters.timedOut, too_large: ctx.bodies.counters.tooLarge },
         },
         recent: c.recent,
       });

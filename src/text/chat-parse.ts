@@ -66,6 +66,12 @@ export class AssistantStreamParser {
     return this.state === "done";
   }
 
+  /** In the think channel with no partial marker held back: the point where a reasoning budget
+   *  may close the channel without cutting a marker in two. */
+  get thinkingAtBoundary(): boolean {
+    return this.state === "think" && this.buf === "";
+  }
+
   /** Completed tool calls so far. */
   get toolCalls(): ParsedToolCall[] {
     return this.calls.slice();

@@ -71,6 +71,17 @@ export const SEP = "<|sep|>";
 export const END_OF_MSG = "<|end_of_msg|>";
 export const IMAGE_PLACEHOLDER = "<|kimi_image_placeholder|>";
 export const VALID_THINKING_EFFORTS = ["low", "high", "max"] as const;
+/** The markup that ends the think channel and opens the answer, exactly as a rendered assistant
+ *  turn has it (renderAssistant: close think, open response). A reasoning budget feeds it to the
+ *  model when the model has thought long enough (src/conversation.ts). */
+export const CLOSE_THINK_OPEN_RESPONSE: readonly Segment[] = [
+  [CLOSE, true],
+  ["think", false],
+  [SEP, true],
+  [OPEN, true],
+  ["response", false],
+  [SEP, true],
+];
 /** The release's *served* entry point (tokenization_kimi.apply_chat_template) defaults
  *  thinking_effort to "max" before calling build_chat_segments; renderChat itself adds no default
  *  (the recorded cases without an effort have no thinking-effort message). Servers that want to

@@ -27,8 +27,11 @@ function newestSource(): number {
 
 let built: string | undefined;
 
-/** Path of a compiled k3 that is current with the sources (builds one when dist/k3 is stale). */
+/** Path of a compiled k3 that is current with the sources (builds one when dist/k3 is stale).
+ *  $K3_TEST_BIN overrides it: run tests against another build (e.g. main's) to show which of them
+ *  fail without a change. */
 export function compiledK3(): string {
+  if (process.env.K3_TEST_BIN) return process.env.K3_TEST_BIN;
   if (built) return built;
   const dist = join(ROOT, "dist", "k3");
   if (existsSync(dist) && statSync(dist).mtimeMs >= newestSource()) return (built = dist);
@@ -41,9 +44,12 @@ export function compiledK3(): string {
   return (built = out);
 }
 
-/** A user's environment: this HOME and its cache, no $K3_MODEL, no colour. */
-export function userEnv(home: string, extra: Record<string, string> = {}): Record<string, string> {
-  return { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: home, XDG_CACHE_HOME: join(home, ".cache"), NO_COLOR: "1", ...extra };
+/** A user's environment: this HOME and its cache, no $K3_MODEL, no colour; `extra` adds or (with
+ *  undefined) removes variables. */
+export function userEnv(home: string, extra: Record<string, string | undefined> = {}): Record<string, string> {
+  const e: Record<string, string | undefined> = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: home, XDG_CACHE_HOME: join(home, ".cache"), NO_COLOR: "1", ...extra };
+  for (const k of Object.keys(e)) if (e[k] === undefined) delete e[k];
+  return e as Record<string, string>;
 }
 
 /** Wait until a `k3 serve` process logs the URL it listens on (matched by `pattern`'s group 1,

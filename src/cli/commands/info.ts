@@ -1,17 +1,20 @@
 // `k3 info <dir> [--json]` or `k3 info --config F --index F [--json]`: describe a checkpoint
 // (architecture, layer map, byte census, layout facts). Text or one JSON object on stdout;
 // every failure is a thrown K3Error that main.ts maps to an exit status.
-import { defineCommand } from "citty";
 import { K3Error } from "../../errors.ts";
 import { describeCheckpoint, describeMetadata, renderInfo } from "../../inspect.ts";
+import { defineCommand } from "../command.ts";
 
 export default defineCommand({
   meta: { name: "info", description: "Describe a checkpoint: architecture, layer map, byte census, layout" },
   args: {
-    dir: { type: "positional", required: false, description: "model directory (config.json + shards)" },
-    config: { type: "string", description: "config.json, to describe release metadata without shards (with --index)" },
-    index: { type: "string", description: "model.safetensors.index.json[.gz] (with --config)" },
+    dir: { type: "positional", required: false, valueHint: "DIR", description: "model folder (config.json + shards)" },
+    config: { type: "string", valueHint: "FILE", description: "config.json, to describe release metadata without shards (with --index)" },
+    index: { type: "string", valueHint: "FILE", description: "model.safetensors.index.json[.gz] (with --config)" },
     json: { type: "boolean", description: "print one JSON object instead of text" },
+  },
+  help: {
+    examples: [["k3 info --config reference/k3/config.json --index reference/k3/model.safetensors.index.json.gz", "the release's architecture and byte census"]],
   },
   run({ args }) {
     const meta = args.config !== undefined || args.index !== undefined;

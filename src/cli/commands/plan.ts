@@ -1,23 +1,12 @@
 // k3 plan <dir> | --config F --index F  [--preset X] [--ram SIZE] [--context N] [--threads N] [--json]
 // Prints the memory plan (docs/PLAN.md) from the config and tensor sizes alone: no weights read.
-import { defineCommand } from "citty";
 import { availableParallelism } from "node:os";
 import { K3Error } from "../../errors.ts";
+import { formatRanges } from "../../format.ts";
 import { catalogueFromMetadata, openCheckpointCached, computeCensus, DEFAULT_CONTEXT, planMemory, planInputFromCensus, type MemoryPlan, gib, PRESETS, resolveBudget } from "../../inspect.ts";
-import { positiveInt } from "../common.ts";
-
-
-/** "0-3,5,7-9" from a sorted list. */
-function ranges(xs: number[]): string {
-  const out: string[] = [];
-  for (let i = 0; i < xs.length; ) {
-    let j = i;
-    while (j + 1 < xs.length && xs[j + 1] === xs[j]! + 1) j++;
-    out.push(i === j ? `${xs[i]}` : `${xs[i]}-${xs[j]}`);
-    i = j + 1;
-  }
-  return out.join(",") || "none";
-}
+import { defineCommand } from "../command.ts";
+import { positiveInt, ramFlag } from "../common.ts";
+import { engineLimits } from "../../engine.ts";
 
 function render(plan: MemoryPlan, budgetSource: string, model: string): string {
   const lines = [
@@ -29,8 +18,8 @@ function render(plan: MemoryPlan, budgetSource: string, model: string): string {
   for (const i of plan.items)
     lines.push(`  ${i.name.padEnd(w)}  ${gib(i.bytes).padStart(12)}  ${i.count === undefined ? "" : `×${i.count}  `}${i.note}`);
   lines.push(`  ${"total".padEnd(w)}  ${gib(plan.totalBytes).padStart(12)}  free ${gib(plan.freeBytes)}`, "");
-  lines.push(`pinned layers:   ${ranges(plan.pinnedLayers)}`);
-  lines.push(`streamed layers: ${ranges(plan.streamedLayers)}`);
+  lines.push(`pinned layers:   ${formatRanges(plan.pinnedLayers)}`);
+  lines.push(`streamed layers: ${formatRanges(plan.streamedLayers)}`);
   lines.push(`lm_head ${plan.head}; embedding rows ${plan.embed} from disk`);
   lines.push(
     `ring: ${plan.ringSlots} slot(s) of ${gib(plan.ringSlotBytes)}${plan.ringSlots === 1 ? " — reader must not run ahead" : ""}`,
@@ -45,19 +34,26 @@ function render(plan: MemoryPlan, budgetSource: string, model: string): string {
 export default defineCommand({
   meta: { name: "plan", description: "Print the memory plan for a RAM budget (no weights are read)" },
   args: {
-    dir: { type: "positional", required: false, description: "checkpoint directory (headers are validated, weights not read)" },
-    config: { type: "string", description: "config.json (release metadata, with --index instead of a directory)" },
-    index: { type: "string", description: "model.safetensors.index.json[.gz]" },
-    preset: { type: "string", default: "auto", description: `RAM budget: ${Object.keys(PRESETS).join(", ")}, auto (usable RAM)` },
-    ram: { type: "string", description: "RAM budget SIZE (K/M/G/T binary, G = 2^30; KB/MB/GB/TB decimal); overrides --preset" },
-    context: { type: "string", default: String(DEFAULT_CONTEXT), description: "context length the MLA cache is sized for" },
-    threads: { type: "string", description: "compute threads (default: all CPUs)" },
+    dir: { type: "positional", required: false, valueHint: "DIR", description: "checkpoint folder (headers are validated, weights not read)" },
+    config: { type: "string", valueHint: "FILE", description: "config.json (release metadata, with --index instead of a folder)" },
+    index: { type: "string", valueHint: "FILE", description: "model.safetensors.index.json[.gz]" },
+    preset: { type: "string", default: "auto", valueHint: "NAME", description: `RAM budget: ${Object.keys(PRESETS).join(", ")}, auto (usable RAM)` },
+    ram: { type: "string", valueHint: "SIZE", description: "RAM budget (K/M/G/T binary, G = 2^30; KB/MB/GB/TB decimal); overrides --preset; any size, for what-if questions" },
+    context: { type: "string", alias: ["c", "ctx-size"], default: String(DEFAULT_CONTEXT), valueHint: "N", description: "context length the MLA cache is sized for" },
+    threads: { type: "string", alias: ["t"], valueHint: "N", description: "compute threads (default: all CPUs)" },
     json: { type: "boolean", default: false, description: "print the plan as JSON" },
+  },
+  help: {
+    examples: [
+      ["k3 plan --config reference/k3/config.json --index reference/k3/model.safetensors.index.json.gz --preset laptop", "the release on an 8 GiB budget"],
+      ["k3 plan /models/Kimi-K3 --ram 48G --context 32768", "a what-if for a 48 GiB machine, 32k context"],
+    ],
   },
   run({ args }) {
     // Flags first: a typo must not wait for every shard header to be read.
-    const budget = resolveBudget(args.preset, args.ram);
-    const threads = positiveInt(args.threads, "--threads") ?? availableParallelism();
+    const budget = resolveBudget(args.preset, ramFlag(args.ram));
+    // What-if questions for other machines are the point: more threads than here is fine.
+    const threads = positiveInt(args.threads, "--threads", engineLimits().threads, " (the compute pool's limit)") ?? availableParallelism();
     const context = positiveInt(args.context, "--context") ?? DEFAULT_CONTEXT;
     let cfg, census, model: string;
     if (args.dir) {

@@ -1,137 +1,102 @@
 // `k3 run`: continue a prompt with the base model, streaming text to stdout as it comes.
 // Greedy by default (identical output at any budget / thread count); sampling flags opt in.
-// stdout carries only the generated text (or one JSON object with --json); logs, progress and the
-// stats line go to stderr. Ctrl-C stops after the current token: what was printed stays, the
-// stats line is printed, and the exit status is 130.
-import { defineCommand } from "citty";
-import { accessSync, constants, readFileSync } from "node:fs";
+// stdout carries only the generated text (or ids, or one JSON object with --json); logs, progress
+// and the stats line go to stderr. Ctrl-C stops after the current token: what was printed stays,
+// the stats line is printed, and the exit status is 130.
+import { accessSync, constants, readFileSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
-import { streamCompletion, type CompletionResult, type GenOptions } from "../../conversation.ts";
-import { Engine, type GenerationStats } from "../../engine.ts";
+import { streamCompletion, type CompletionResult } from "../../conversation.ts";
+import { Engine } from "../../engine.ts";
 import { K3Error } from "../../errors.ts";
 import { log } from "../../log.ts";
-import { engineArgs, engineOptions, formatBytes, parseIds, positiveInt, readStdin } from "../common.ts";
+import { statsJson, statsLine, timingsJson } from "../../report.ts";
+import { defineCommand } from "../command.ts";
+import { engineArgs, engineOptions, modelOption, pickModel, positiveInt, readStdin } from "../common.ts";
 import { modelDirOrDemo } from "../demo.ts";
+import { parseIds } from "../ids.ts";
 import { prefillProgress } from "../progress.ts";
+import { samplingArgs, samplingOptions } from "../sampling-args.ts";
 
-/** Sampling flags shared by `run` and `chat` (`--stop` may repeat; citty keeps only the last, so
- *  stopStrings() reads them from the raw arguments). */
-export const samplingArgs = {
-  temperature: { type: "string", description: "sampling temperature (0 = greedy)" },
-  "top-k": { type: "string", description: "keep the k most likely tokens (0 = off)" },
-  "top-p": { type: "string", description: "nucleus sampling mass in (0, 1] (1 = off)" },
-  "min-p": { type: "string", description: "drop tokens below min-p × the top probability (0 = off)" },
-  seed: { type: "string", description: "sampling seed (default 0: same seed, same text)" },
-  stop: { type: "string", description: "stop string, matched across tokens, not printed (repeatable)" },
-} as const;
-
-export interface SamplingArgs {
-  temperature?: string;
-  "top-k"?: string;
-  "top-p"?: string;
-  "min-p"?: string;
-  seed?: string;
-  stop?: string;
-}
-
-export function samplingOptions(args: SamplingArgs, rawArgs: string[], defaultTemperature: number): Omit<GenOptions, "maxTokens"> {
-  return {
-    temperature: num(args.temperature, "--temperature") ?? defaultTemperature,
-    topK: int(args["top-k"], "--top-k"),
-    topP: num(args["top-p"], "--top-p"),
-    minP: num(args["min-p"], "--min-p"),
-    seed: int(args.seed, "--seed"),
-    stop: stopStrings(rawArgs),
-  };
-}
-
-/** Every `--stop X` / `--stop=X` in order. */
-export function stopStrings(rawArgs: string[]): string[] {
-  const out: string[] = [];
-  for (let i = 0; i < rawArgs.length; i++) {
-    const a = rawArgs[i]!;
-    if (a === "--") break;
-    if (a === "--stop") {
-      const v = rawArgs[++i];
-      if (v === undefined) throw new K3Error("USAGE", "--stop needs a string");
-      out.push(v);
-    } else if (a.startsWith("--stop=")) out.push(a.slice("--stop=".length));
-  }
-  return out;
-}
-
-function num(v: string | undefined, flag: string): number | undefined {
-  if (v === undefined || v === "") return undefined;
-  const n = Number(v);
-  if (!Number.isFinite(n)) throw new K3Error("USAGE", `${flag} must be a number, got "${v}"`);
-  return n;
-}
-
-function int(v: string | undefined, flag: string): number | undefined {
-  const n = num(v, flag);
-  if (n !== undefined && !Number.isSafeInteger(n)) throw new K3Error("USAGE", `${flag} must be an integer, got "${v}"`);
-  return n;
-}
+export const RUN_OPERAND_RULE =
+  "DIR and PROMPT: with two operands the first is the model folder and the second the prompt. With one, it is the model folder " +
+  "if -m, --prompt, --prompt-file or --ids is given, or if it names an existing folder; otherwise it is the prompt, and the model is " +
+  "$K3_MODEL, else the built-in demo. One operand that is a file, or looks like a path (has a / and no spaces) but does not exist, " +
+  "is refused rather than sent to the model as text. `-` alone means: prompt on stdin, model from $K3_MODEL or the demo.";
 
 export default defineCommand({
   meta: { name: "run", description: "Continue a prompt (greedy by default), streamed to stdout; no model = the built-in demo" },
   args: {
-    model: { type: "positional", required: false, description: "model directory (default: $K3_MODEL, else the demo model; `-` = demo/$K3_MODEL with the prompt on stdin)" },
-    prompt: { type: "string", description: "prompt text" },
-    "prompt-file": { type: "string", description: "read the prompt from a file (`-` = stdin)" },
-    ids: { type: "string", description: "prompt as token ids, e.g. 1,2,3 (prints ids)" },
-    gen: { type: "string", description: "tokens to generate (default 32)" },
-    json: { type: "boolean", description: "print one JSON object (prompt_ids, generated_ids, generated_text, timings, stats)" },
-    "load-session": { type: "string", description: "continue a session saved with --save-session (the prompt, if any, is appended)" },
-    "save-session": { type: "string", description: "save the session (model state, position, tokens) to FILE when done" },
+    dir: { type: "positional", required: false, valueHint: "DIR", description: "model folder (default: $K3_MODEL, else the demo model; see the rule below)" },
+    text: { type: "positional", required: false, valueHint: "PROMPT", description: "the prompt text (or --prompt, --prompt-file, --ids, stdin)" },
+    ...modelOption,
+    prompt: { type: "string", alias: ["p"], valueHint: "TEXT", description: "prompt text" },
+    "prompt-file": { type: "string", alias: ["f", "file"], valueHint: "FILE", description: "read the prompt from FILE (`-` = stdin)" },
+    ids: { type: "string", valueHint: "IDS", description: "prompt as token ids, e.g. 1,2,3 (prints ids)" },
+    gen: { type: "string", alias: ["n", "n-predict"], valueHint: "N", description: "tokens to generate (default 32)" },
+    json: { type: "boolean", description: "print one JSON object (prompt_ids, generated_ids, generated_text, finish_reason, timings, stats)" },
+    "load-session": { type: "string", valueHint: "FILE", description: "continue a session saved with --save-session (a prompt, if any, is appended)" },
+    "save-session": { type: "string", valueHint: "FILE", description: "save the session (model state, position, tokens) to FILE when done" },
     ...samplingArgs,
     ...engineArgs,
   },
+  help: {
+    usage: ["[DIR] [PROMPT] [options]", "[DIR] < prompt.txt", "-m DIR -p TEXT -n N"],
+    notes: [RUN_OPERAND_RULE, "Output: text, or ids when the prompt is --ids or the model has no tokenizer."],
+    examples: [
+      ['k3 run "The capital of France is"', "32 greedy tokens on the demo model (no model given)"],
+      ['k3 run /models/Kimi-K3 "Once upon a time" -n 64 --temp 0.8', "a real model, 64 sampled tokens"],
+      ['echo "Once upon a time" | k3 run --gen 32', "prompt on stdin"],
+      ["k3 run -m /models/Kimi-K3 -p \"Hello\" -c 8192 -t 16", "llama.cpp-style flags"],
+      ["k3 run --ids 1,2,3 --gen 8 --json", "token ids in, one JSON object out"],
+    ],
+    env: ["K3_MODEL", "XDG_CACHE_HOME", "K3_KERNELS"],
+  },
   async run({ args, rawArgs }) {
+    // Every flag first: a typo fails before stdin is read or a model is opened.
     const gen = positiveInt(args.gen, "--gen") ?? 32;
     const sampling = samplingOptions(args, rawArgs, 0);
+    const opts = engineOptions(args);
+    const { dir: dirOperand, text } = splitOperands(args.dir, args.text, args.model, {
+      prompt: args.prompt !== undefined || args["prompt-file"] !== undefined || args.ids !== undefined,
+    });
     // Stop strings match decoded text: with --ids the output is ids, so the match could not be
     // shown as cut (the stop token's id would already be printed). Refuse rather than mislead.
     if (sampling.stop?.length && args.ids !== undefined) throw new K3Error("USAGE", "--stop matches text and cannot be combined with --ids");
-    const stdinModel = args.model === "-";
-    const sources = [args.prompt !== undefined, args["prompt-file"] !== undefined, args.ids !== undefined, stdinModel].filter(Boolean).length;
-    if (sources > 1) throw new K3Error("USAGE", "give only one of --prompt, --prompt-file, --ids, -");
+    const stdinPrompt = dirOperand === "-";
+    const sources = [text !== undefined, args.prompt !== undefined, args["prompt-file"] !== undefined, args.ids !== undefined, stdinPrompt].filter(Boolean).length;
+    if (sources > 1) throw new K3Error("USAGE", "give only one prompt: PROMPT, --prompt, --prompt-file, --ids or -");
     let prompt: string | number[];
-    if (args.ids !== undefined) prompt = parseIds(args.ids);
+    if (args.ids !== undefined) {
+      prompt = parseIds(args.ids, "--ids");
+      if (prompt.length === 0) throw new K3Error("USAGE", "--ids needs at least one token id");
+    } else if (text !== undefined) prompt = text;
     else if (args.prompt !== undefined) prompt = args.prompt;
     else if (args["prompt-file"] !== undefined && args["prompt-file"] !== "-") prompt = readPromptFile(args["prompt-file"]);
-    else if (stdinModel || args["prompt-file"] === "-" || !process.stdin.isTTY) prompt = stripOneNewline(await readStdin());
+    else if (stdinPrompt || args["prompt-file"] === "-" || !process.stdin.isTTY) prompt = stripOneNewline(await readStdin());
     else if (args["load-session"]) prompt = [];
-    else throw new K3Error("USAGE", "no prompt: use --prompt, --prompt-file, --ids, or pipe text on stdin");
-    if (prompt.length === 0 && !args["load-session"]) throw new K3Error("USAGE", "the prompt is empty");
-
-    // A session file that cannot be written must fail now, not after the whole generation.
-    if (args["save-session"]) {
-      const target = resolve(args["save-session"]);
-      try {
-        accessSync(dirname(target), constants.W_OK);
-      } catch {
-        throw new K3Error("USAGE", `cannot write the session file ${target}: its folder does not exist or is not writable`);
-      }
+    else throw new K3Error("USAGE", 'no prompt: k3 run [DIR] "text", --prompt, --prompt-file, --ids, or text on stdin', ["k3 run --help shows the rules"]);
+    // A restored session may continue without new text (an empty stdin included).
+    if (prompt.length === 0) {
+      if (!args["load-session"]) throw new K3Error("USAGE", "the prompt is empty");
+      prompt = [];
     }
-    const dir = await modelDirOrDemo(stdinModel ? undefined : args.model);
-    const engine = Engine.open(dir, engineOptions(args));
+    if (args["save-session"]) checkWritableFile(args["save-session"], "--save-session");
+
+    const dir = await modelDirOrDemo(pickModel(stdinPrompt ? undefined : dirOperand, args.model));
+    const engine = Engine.open(dir, opts);
     try {
       if (sampling.stop?.length && !engine.tokenizerDir) throw new K3Error("TOKENIZER", `--stop needs a tokenizer to match text, and ${dir} has none`);
-      const textOut = typeof prompt === "string";
+      // Ids out for an id prompt and for a model without a tokenizer (its text cannot be decoded).
+      const idsOut = typeof prompt !== "string" && (args.ids !== undefined || !engine.tokenizerDir);
       const session = args["load-session"] ? engine.loadSession(args["load-session"]) : engine.createSession();
       // A restored session continues: its tokens come first, the new prompt (if any) after them.
-      const promptIds = typeof prompt === "string" ? (prompt.length ? engine.tokenizer().encode(prompt) : []) : prompt;
+      const promptIds = typeof prompt === "string" ? engine.tokenizer().encode(prompt) : prompt;
       const fullPrompt = args["load-session"] ? [...session.tokens, ...promptIds] : prompt;
       let cancelled = false;
       const onSigint = () => (cancelled = true);
       process.on("SIGINT", onSigint);
-      const it = streamCompletion(engine, session, fullPrompt, {
-        maxTokens: gen,
-        ...sampling,
-        shouldStop: () => cancelled,
-        onPrefill: prefillProgress({ bytesRead: () => bytesRead(engine) }),
-      });
+      const progress = prefillProgress({ bytesRead: () => bytesRead(engine) });
+      const it = streamCompletion(engine, session, fullPrompt, { maxTokens: gen, ...sampling, shouldStop: () => cancelled, onPrefill: progress });
       let result: CompletionResult;
       let printed = 0;
       try {
@@ -142,31 +107,32 @@ export default defineCommand({
             break;
           }
           if (!args.json) {
-            if (textOut) process.stdout.write(r.value.text);
+            if (!idsOut) process.stdout.write(r.value.text);
             else for (const id of r.value.ids) process.stdout.write(`${printed++ > 0 ? " " : ""}${id}`);
           }
           // Let the event loop run between tokens so Ctrl-C is noticed within one token.
           await Bun.sleep(0);
         }
       } finally {
+        progress?.clear();
         process.off("SIGINT", onSigint);
       }
       const stats = result.stats;
       if (args["save-session"]) engine.saveSession(session, args["save-session"]);
       if (args.json) {
-        const out: Record<string, unknown> = {
+        const out = {
           prompt_ids: promptIds,
           generated_ids: result.ids,
           // Omitted (undefined) when the model has no tokenizer.
-          generated_text: textOut ? result.text : engine.tokenizerDir ? engine.tokenizer().decode(result.ids) : undefined,
+          generated_text: engine.tokenizerDir ? (idsOut ? engine.tokenizer().decode(result.ids) : result.text) : undefined,
           finish_reason: result.finishReason,
           timings: timingsJson(stats),
-          stats: statsJson(stats, engine),
+          stats: statsJson(stats),
         };
         process.stdout.write(`${JSON.stringify(out)}\n`);
       } else {
         process.stdout.write("\n");
-        log.info(statsLine(stats, engine, result.finishReason));
+        log.info(statsLine(stats, engine.threads, result.finishReason));
       }
       if (cancelled) process.exitCode = 130;
     } finally {
@@ -174,6 +140,35 @@ export default defineCommand({
     }
   },
 });
+
+/**
+ * Which operand is the model folder and which the prompt (RUN_OPERAND_RULE). `other.prompt`: a
+ * prompt came from a flag. Throws USAGE when one operand cannot be told apart safely.
+ */
+export function splitOperands(first: string | undefined, second: string | undefined, modelFlag: string | undefined, other: { prompt: boolean }): { dir?: string; text?: string } {
+  if (modelFlag !== undefined) {
+    if (second !== undefined) throw new K3Error("USAGE", `with -m/--model, give at most one operand (the prompt); got "${first}" and "${second}"`);
+    if (first === "-") return { dir: "-" };
+    return { text: first };
+  }
+  if (second !== undefined) return { dir: first, text: second };
+  if (first === undefined || first === "-" || other.prompt) return { dir: first };
+  let isDir = false;
+  let exists = false;
+  try {
+    const st = statSync(first);
+    exists = true;
+    isDir = st.isDirectory();
+  } catch {
+    // not there: a prompt, unless it looks like a path (below)
+  }
+  if (isDir) return { dir: first };
+  if (exists)
+    throw new K3Error("USAGE", `"${first}" is a file, not a model folder`, [`for a prompt in a file: k3 run --prompt-file ${first}`, `for the text itself: k3 run --prompt "${first}"`]);
+  if (/^[~.]|\//.test(first) && !/\s/.test(first))
+    throw new K3Error("USAGE", `no model folder "${first}" (it does not exist)`, [`to send "${first}" to the model as the prompt: k3 run --prompt "${first}"`]);
+  return { text: first };
+}
 
 /** `echo "text" | k3 run` means the text, not the text plus the newline echo adds. */
 function stripOneNewline(s: string): string {
@@ -188,63 +183,24 @@ function readPromptFile(path: string): string {
   }
 }
 
+/** A file k3 will write after a long generation: refuse now what would fail then. */
+export function checkWritableFile(path: string, flag: string): void {
+  const target = resolve(path);
+  let st;
+  try {
+    st = statSync(target);
+  } catch {
+    // does not exist yet: its folder must
+  }
+  if (st?.isDirectory()) throw new K3Error("USAGE", `${flag} ${path} is a folder; name a file in it (e.g. ${path.replace(/\/$/, "")}/session.k3s)`);
+  try {
+    accessSync(st ? target : dirname(target), constants.W_OK);
+  } catch {
+    throw new K3Error("USAGE", `${flag} ${path}: cannot write ${st ? "this file" : "there (its folder does not exist or is not writable)"}`);
+  }
+}
+
 function bytesRead(engine: Engine): number {
   const s = engine.stats();
   return s.trunkBytesRead + s.expertBytesRead;
 }
-
-export function timingsJson(s: GenerationStats) {
-  return {
-    prefill_ms: round(s.prefillMs),
-    decode_ms: round(s.decodeMs),
-    total_ms: round(s.prefillMs + s.decodeMs),
-    ms_per_token: round(s.msPerToken),
-    prefill_tokens_per_s: s.prefillMs > 0 ? round((s.promptTokens * 1000) / s.prefillMs) : null,
-    decode_tokens_per_s: s.decodeMs > 0 && s.generatedTokens > 1 ? round(((s.generatedTokens - 1) * 1000) / s.decodeMs) : null,
-  };
-}
-
-export function statsJson(s: GenerationStats, engine: Engine) {
-  return {
-    prompt_tokens: s.promptTokens,
-    generated_tokens: s.generatedTokens,
-    stop_reason: s.stopReason,
-    prefill_ms: round(s.prefillMs),
-    decode_ms: round(s.decodeMs),
-    ms_per_token: round(s.msPerToken),
-    bytes_read: s.io.trunkBytesRead + s.io.expertBytesRead,
-    trunk_bytes_read: s.io.trunkBytesRead,
-    expert_bytes_read: s.io.expertBytesRead,
-    reads: s.io.reads,
-    expert_requests: s.io.expertRequests,
-    expert_hits: s.io.expertHits,
-    lookahead_issued: s.io.lookaheadIssued,
-    lookahead_used: s.io.lookaheadUsed,
-    io_wait_ms: round(s.io.ioWaitMs),
-    verify_ms: round(s.io.verifyMs),
-    direct_io: s.io.directIo,
-    bytes_read_per_token: Math.round(s.ioPerToken.bytesRead),
-    peak_rss_bytes: s.peakRssBytes,
-    threads: engine.threads,
-  };
-}
-
-/** The final stats line (stderr): tokens, s/token, bytes read per token, hits, direct I/O, peak RSS. */
-export function statsLine(s: GenerationStats, engine: Engine, finishReason: string = s.stopReason): string {
-  return [
-    `${s.generatedTokens} tokens (prompt ${s.promptTokens})`,
-    `prefill ${(s.prefillMs / 1000).toFixed(2)} s`,
-    `${(s.msPerToken / 1000).toFixed(3)} s/token`,
-    `read ${formatBytes(s.ioPerToken.bytesRead)}/token`,
-    `hits ${s.io.expertHits}/${s.io.expertRequests}`,
-    `direct I/O ${s.io.directIo ? "on" : "off"}`,
-    s.io.verifyMs > 0 ? `verify ${(s.io.verifyMs / 1000).toFixed(2)} s` : "",
-    `peak RSS ${formatBytes(s.peakRssBytes)}`,
-    `${engine.threads} threads`,
-    finishReason === "length" ? "" : `stop: ${finishReason}`,
-  ]
-    .filter(Boolean)
-    .join(" · ");
-}
-
-const round = (x: number) => Math.round(x * 100) / 100;

@@ -1,39 +1,49 @@
 // `k3 serve`: an OpenAI-compatible HTTP server (docs/SERVER.md). Runs until SIGINT / SIGTERM.
-import { defineCommand } from "citty";
 import { Engine } from "../../engine.ts";
 import { K3Error } from "../../errors.ts";
 import { log } from "../../log.ts";
 import { checkOrigins } from "../../server/cors.ts";
 import { startServer } from "../../server/server.ts";
-import { engineArgs, engineOptions, positiveInt, resolveModelDir } from "../common.ts";
+import { repeatedValues } from "../args.ts";
+import { defineCommand } from "../command.ts";
+import { engineArgs, engineOptions, modelOption, positiveInt, resolveModelDir } from "../common.ts";
 
 export default defineCommand({
   meta: { name: "serve", description: "Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions)" },
   args: {
-    model: { type: "positional", required: false, description: "model directory (default: $K3_MODEL)" },
-    host: { type: "string", description: "address to bind (default 127.0.0.1: this machine only)" },
-    port: { type: "string", description: "port (default 8080; 0 picks a free one)" },
-    "api-key": { type: "string", description: "require Authorization: Bearer KEY (default: $K3_API_KEY, else no key)" },
-    queue: { type: "string", description: "requests that may wait while one generates (default 16); more get 503" },
-    "model-name": { type: "string", description: "model id for clients (default: the model directory's name; a Hugging Face download's repo id)" },
-    alias: { type: "string", description: "another name clients may use for the model (repeatable; names match in any case)" },
-    cors: { type: "string", description: "allow browser pages from this origin (repeatable), or '*' for any (default: none)" },
+    dir: { type: "positional", required: false, valueHint: "DIR", description: "model folder (default: $K3_MODEL)" },
+    ...modelOption,
+    host: { type: "string", valueHint: "ADDR", description: "address to bind (default 127.0.0.1: this machine only)" },
+    port: { type: "string", valueHint: "N", description: "port (default 8080; 0 picks a free one)" },
+    "api-key": { type: "string", valueHint: "KEY", description: "require Authorization: Bearer KEY (default: $K3_API_KEY, else no key)" },
+    queue: { type: "string", valueHint: "N", description: "requests that may wait while one generates (default 16); more get 503" },
+    "model-name": { type: "string", valueHint: "ID", description: "model id for clients (default: the model folder's name; a Hugging Face download's repo id)" },
+    alias: { type: "string", alias: ["a"], valueHint: "NAME", description: "another name clients may use for the model (repeatable; names match in any case)" },
+    cors: { type: "string", valueHint: "ORIGIN", description: "allow browser pages from this origin (repeatable), or '*' for any (default: none)" },
     ...engineArgs,
   },
+  help: {
+    examples: [
+      ["k3 serve /models/Kimi-K3 --port 8080", "OpenAI-compatible API at http://127.0.0.1:8080/v1 (docs/SERVER.md)"],
+      ["K3_API_KEY=secret k3 serve /models/Kimi-K3 --host 0.0.0.0", "reachable from other machines, with a key"],
+      ["k3 serve /models/Kimi-K3 -a kimi-k3 --cors http://localhost:3000", "answer to another model name; allow one browser origin"],
+    ],
+    env: ["K3_MODEL", "K3_API_KEY", "XDG_CACHE_HOME", "K3_KERNELS"],
+  },
   async run({ args, rawArgs }) {
-    const dir = resolveModelDir(args.model);
+    const engineOpts = engineOptions(args);
+    const dir = resolveModelDir(args.dir, args.model);
     const port = args.port === undefined ? 8080 : args.port === "0" ? 0 : positiveInt(args.port, "--port")!;
     if (port > 65535) throw new K3Error("USAGE", `--port must be at most 65535, got ${port}`);
     const queue = args.queue === "0" ? 0 : (positiveInt(args.queue, "--queue") ?? 16);
     const host = args.host ?? "127.0.0.1";
     // A key on the command line is visible in `ps`; the environment variable is the quieter way.
     const apiKey = args["api-key"] ?? process.env.K3_API_KEY;
-    // citty keeps only the last value of a repeated flag: read every one from the raw arguments.
-    const aliases = repeated(rawArgs, "--alias");
-    const cors = repeated(rawArgs, "--cors");
+    const aliases = repeatedValues(rawArgs, "--alias");
+    const cors = repeatedValues(rawArgs, "--cors");
     checkOrigins(cors); // before the (long) model open
 
-    const engine = Engine.open(dir, engineOptions(args));
+    const engine = Engine.open(dir, engineOpts);
     // The folder's name, or a Hugging Face download's repo id ("moonshotai/Kimi-K3").
     const modelName = args["model-name"] ?? engine.name;
     if (!engine.tokenizerDir) log.warn(`${dir} has no tokenizer: only /v1/completions with token-id prompts will work`);
@@ -59,13 +69,3 @@ export default defineCommand({
     engine.close();
   },
 });
-
-/** Every value of a repeatable flag (`--flag V` or `--flag=V`), in order. */
-function repeated(rawArgs: string[], flag: string): string[] {
-  const out: string[] = [];
-  rawArgs.forEach((a, i) => {
-    if (a === flag && i + 1 < rawArgs.length) out.push(rawArgs[i + 1]!);
-    else if (a.startsWith(`${flag}=`)) out.push(a.slice(flag.length + 1));
-  });
-  return out;
-}

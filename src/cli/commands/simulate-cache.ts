@@ -1,7 +1,7 @@
 // k3 simulate-cache TRACE --slots N[,N…] [--policy lru,…] [--json]: replay a routing trace through
 // each eviction policy at each cache size and print hit rates (docs/CACHE.md).
-import { defineCommand } from "citty";
 import { readFileSync } from "node:fs";
+import { defineCommand } from "../command.ts";
 import { K3Error } from "../../errors.ts";
 import { ALL_POLICIES, isPolicyName, nextUseTable, parseSlotList, simulateCache, type SimResult, parseTrace, traceKeys } from "../../inspect.ts";
 

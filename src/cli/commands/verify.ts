@@ -1,10 +1,11 @@
 // `k3 verify DIR [--record]`: every shard against its header; --record writes a CRC-32C per trunk
 // unit, routed expert and embedding row so that `run --verify` can check every read; without
 // --record, checksums recorded earlier are all read again and compared.
-import { defineCommand } from "citty";
+import { defineCommand } from "../command.ts";
 import { verifyModel } from "../../engine.ts";
 import { log } from "../../log.ts";
-import { formatBytes, resolveModelDir } from "../common.ts";
+import { formatBytes } from "../../format.ts";
+import { resolveModelDir } from "../common.ts";
 import { barProgress } from "../progress.ts";
 
 export default defineCommand({

@@ -1,0 +1,101 @@
+// The numbers a user sees about a generation and an engine, built in one place so `k3 run
+// --json`, `k3 chat --json`, `k3 bench --json`, the chat REPL's /stats, the server's `k3` object
+// and GET /k3/stats carry the same fields under the same names: snake_case (as the OpenAI API
+// writes its own), times in ms, bytes in bytes. The one-line summary on stderr is here too.
+// Field meanings: docs/CLI.md ("Stats") and docs/CACHE.md (the counters).
+import type { Engine, GenerationStats, WeightStats } from "./engine.ts";
+import { formatBytes } from "./format.ts";
+
+const round2 = (x: number) => Math.round(x * 100) / 100;
+
+/** I/O counters (a generation's, or an engine's since open). */
+function ioJson(io: WeightStats) {
+  return {
+    bytes_read: io.trunkBytesRead + io.expertBytesRead,
+    trunk_bytes_read: io.trunkBytesRead,
+    expert_bytes_read: io.expertBytesRead,
+    reads: io.reads,
+    expert_requests: io.expertRequests,
+    expert_hits: io.expertHits,
+    lookahead_issued: io.lookaheadIssued,
+    lookahead_used: io.lookaheadUsed,
+    io_wait_ms: round2(io.ioWaitMs),
+    verify_ms: round2(io.verifyMs),
+    direct_io: io.directIo,
+  };
+}
+
+/** One generation: tokens, time, what it read (prefill + decode), and per decoded token. */
+export function statsJson(s: GenerationStats) {
+  return {
+    prompt_tokens: s.promptTokens,
+    generated_tokens: s.generatedTokens,
+    stop_reason: s.stopReason,
+    prefill_ms: round2(s.prefillMs),
+    decode_ms: round2(s.decodeMs),
+    ms_per_token: round2(s.msPerToken),
+    decode_steps: s.decodeSteps,
+    ...ioJson(s.io),
+    // Decode steps only (the prefill reads each weight once per chunk, not per token).
+    bytes_read_per_token: Math.round(s.ioPerToken.bytesRead),
+    trunk_bytes_per_token: Math.round(s.ioPerToken.trunkBytes),
+    expert_bytes_per_token: Math.round(s.ioPerToken.expertBytes),
+    reads_per_token: round2(s.ioPerToken.reads),
+    peak_rss_bytes: s.peakRssBytes,
+  };
+}
+
+/** Rates and totals of one generation (`k3 run --json`'s `timings`). */
+export function timingsJson(s: GenerationStats) {
+  return {
+    prefill_ms: round2(s.prefillMs),
+    decode_ms: round2(s.decodeMs),
+    total_ms: round2(s.prefillMs + s.decodeMs),
+    ms_per_token: round2(s.msPerToken),
+    prefill_tokens_per_s: s.prefillMs > 0 ? round2((s.promptTokens * 1000) / s.prefillMs) : null,
+    decode_tokens_per_s: s.decodeMs > 0 && s.decodeSteps > 0 ? round2((s.decodeSteps * 1000) / s.decodeMs) : null,
+  };
+}
+
+/** An engine's counters since it opened, and its pools (Engine.stats()). */
+export function engineStatsJson(e: ReturnType<Engine["stats"]>) {
+  return {
+    ...ioJson(e),
+    peak_rss_bytes: e.peakRssBytes,
+    threads: e.threads,
+    hardware_threads: e.hardwareThreads,
+    thread_limit: e.limit,
+    io_threads: e.ioThreads,
+  };
+}
+
+/** How a generation ended, in words for the stats line ("" for the usual --gen limit). */
+export function finishWords(reason: string): string {
+  const words: Record<string, string> = {
+    length: "",
+    stop: "ended by the model or a stop string",
+    tool_calls: "ended with tool calls",
+    context: "context full",
+    cancelled: "cancelled",
+  };
+  return words[reason] ?? reason;
+}
+
+/** The stats line (stderr): tokens, prefill time, s/token, bytes read per token, hits, direct
+ *  I/O, peak RSS, threads, and how it ended when that is not the --gen limit. */
+export function statsLine(s: GenerationStats, threads: number, finishReason: string = s.stopReason): string {
+  return [
+    `${s.generatedTokens} tokens (prompt ${s.promptTokens})`,
+    `prefill ${(s.prefillMs / 1000).toFixed(2)} s`,
+    `${(s.msPerToken / 1000).toFixed(3)} s/token`,
+    `read ${formatBytes(s.ioPerToken.bytesRead)}/token`,
+    `hits ${s.io.expertHits}/${s.io.expertRequests}`,
+    `direct I/O ${s.io.directIo ? "on" : "off"}`,
+    s.io.verifyMs > 0 ? `verify ${(s.io.verifyMs / 1000).toFixed(2)} s` : "",
+    `peak RSS ${formatBytes(s.peakRssBytes)}`,
+    `${threads} threads`,
+    finishWords(finishReason),
+  ]
+    .filter(Boolean)
+    .join(" · ");
+}
