@@ -121,6 +121,15 @@ describe("colour only on a terminal, and never when NO_COLOR or FORCE_COLOR=0 sa
   });
 });
 
+describe("progress", () => {
+  test.skipIf(!python)(`on a terminal the load bar counts bytes and is erased; a pipe gets no bar${python ? "" : " (SKIPPED: no python3 for a pty)"}`, () => {
+    const r = runInPty([bin, "run", model, "--prompt", "hi", "--gen", "2"], userEnv(join(tmp, "home")));
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/\r\x1b\[2Kloading pinned layers \[[# ]+\] [\d.]+ (B|KiB|MiB)\/[\d.]+ (KiB|MiB)[^\r]*\r\x1b\[2K/);
+    expect(k3(["run", model, "--prompt", "hi", "--gen", "2"]).err).not.toContain("loading pinned layers");
+  });
+});
+
 describe("help, version, completion", () => {
   test("k3 help and k3 version; --help has examples, environment variables and exit codes", () => {
     const main = k3(["--help"]);

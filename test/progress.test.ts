@@ -90,3 +90,23 @@ test("progressLine", () => {
   expect(progressLine(25, 100, 6000)).toBe("prefill 25/100 tokens · 25% · ETA 6.00 s");
   expect(progressLine(0, 100, 0)).toBe("prefill 0/100 tokens · 0%");
 });
+
+test("the engine reports loading pinned layers in bytes: from 0 to every pinned byte it reads at open", async () => {
+  const { Engine } = await import("../src/engine.ts");
+  const { tinyModel } = await import("./helpers/models.ts");
+  const calls: [string, number, number, string | undefined][] = [];
+  const engine = Engine.open(await tinyModel("tiny-a"), { threads: 1, onProgress: (label, done, total, unit) => calls.push([label, done, total, unit]) });
+  try {
+    const load = calls.filter(([label]) => label === "loading pinned layers");
+    expect(load.length).toBeGreaterThan(2);
+    expect(load.every(([, , , unit]) => unit === "bytes")).toBe(true);
+    expect(load[0]![1]).toBe(0);
+    const total = load[0]![2];
+    expect(load.at(-1)![1]).toBe(total);
+    for (let i = 1; i < load.length; i++) expect(load[i]![1]).toBeGreaterThan(load[i - 1]![1]);
+    // The total is what the open read for the pinned units: bytes, not a count of units.
+    expect(total).toBe(engine.stats().trunkBytesRead);
+  } finally {
+    engine.close();
+  }
+});
