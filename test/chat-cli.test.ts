@@ -148,3 +148,18 @@ describe("k3 chat, interactive", () => {
     expect(conv[1].content.length).toBeGreaterThan(0);
   });
 });
+
+describe("REPL input: which line breaks end a message", () => {
+  test("Enter alone ends one; breaks inside a bracketed paste (across chunks too) or inside one chunk do not", async () => {
+    const { classifyBreaks } = await import("../src/cli/chat-input.ts");
+    const st = { inPaste: false };
+    expect(classifyBreaks("hello\r", st)).toEqual(["enter"]);
+    expect(classifyBreaks("a\rb\r", st)).toEqual(["paste", "enter"]); // no marks: one chunk = a paste, its last Enter sends
+    expect(classifyBreaks("a\r\nb", st)).toEqual(["paste"]); // CRLF counts once
+    expect(classifyBreaks("\x1b[200~one\rtwo\r", st)).toEqual(["paste", "paste"]);
+    expect(st.inPaste).toBe(true); // the paste continues in the next chunk
+    expect(classifyBreaks("three\x1b[201~", st)).toEqual([]);
+    expect(classifyBreaks("\r", st)).toEqual(["enter"]);
+    expect(classifyBreaks("\x1b[200~x\ry\x1b[201~\r", { inPaste: false })).toEqual(["paste", "enter"]);
+  });
+});
