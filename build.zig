@@ -15,14 +15,20 @@ pub fn build(b: *std.Build) void {
     const lib = b.addSharedLibrary(.{ .name = "kernels", .target = target, .optimize = optimize });
 
     // Every kernels/*.c file goes into the one library, so adding a file needs no edit here.
+    // Files named *_avx2.c / *_avx512.c hold x86-64 intrinsics and are built for x86-64 only,
+    // *_neon.c for aarch64 only (cross builds: `npm run release`, docs/PORTS.md).
+    const arch = target.getCpuArch();
     var files = std.ArrayList([]const u8).init(b.allocator);
     var dir = std.fs.cwd().openIterableDir("kernels", .{}) catch @panic("kernels/ not found");
     defer dir.close();
     var it = dir.iterate();
     while (it.next() catch @panic("cannot list kernels/")) |entry| {
-        if (entry.kind == .file and std.mem.endsWith(u8, entry.name, ".c")) {
-            files.append(b.fmt("kernels/{s}", .{entry.name})) catch @panic("oom");
-        }
+        if (entry.kind != .file or !std.mem.endsWith(u8, entry.name, ".c")) continue;
+        const x86_only = std.mem.endsWith(u8, entry.name, "_avx2.c") or std.mem.endsWith(u8, entry.name, "_avx512.c");
+        const arm_only = std.mem.endsWith(u8, entry.name, "_neon.c");
+        if (x86_only and arch != .x86_64) continue;
+        if (arm_only and arch != .aarch64) continue;
+        files.append(b.fmt("kernels/{s}", .{entry.name})) catch @panic("oom");
     }
     std.sort.block([]const u8, files.items, {}, struct {
         fn lt(_: void, a: []const u8, c: []const u8) bool {

@@ -10,7 +10,7 @@
  *  - W is [rows][cols] row-major; y = W·x. A batch of T token vectors is X[T][cols] → Y[T][rows].
  *  - Sizes are int32 (every dimension of K3 fits), element counts that may exceed 2^31 are int64.
  *  - FP contract (docs/NUMERICS.md): -ffp-contract=off, no fast-math, one fixed reduction order
- *    per kernel. The matmuls have scalar, AVX2 and AVX-512 paths that perform exactly the same
+ *    per kernel. The matmuls have scalar, AVX2, AVX-512 and NEON paths that perform exactly the same
  *    operations in the same order; every other kernel has one implementation. Threads split
  *    output rows (or heads); each output element is summed by one thread, so results are
  *    bit-identical at any thread count and any T (a row of a T-token batch equals the same
@@ -57,9 +57,10 @@ K3_API int32_t k3_limit(int32_t which);          /* the limit's value; K3_ERR_AR
 K3_API int32_t k3_version(void);                 /* bumps when the ABI changes */
 
 /* ---- ISA dispatch (process-wide) ----
- * isa: -1 auto (best supported), 0 scalar, 1 AVX2, 2 AVX-512 (F+BW).
+ * isa: -1 auto (best supported), 0 scalar, 1 AVX2, 2 AVX-512 (F+BW), 3 NEON (aarch64).
+ * Scalar is supported everywhere; x86-64 adds AVX2 / AVX-512 when the CPU has them, aarch64 NEON.
  * k3_isa_set returns the ISA now in effect, or K3_ERR_ARG if the forced one is unsupported. */
-enum { K3_ISA_AUTO = -1, K3_ISA_SCALAR = 0, K3_ISA_AVX2 = 1, K3_ISA_AVX512 = 2 };
+enum { K3_ISA_AUTO = -1, K3_ISA_SCALAR = 0, K3_ISA_AVX2 = 1, K3_ISA_AVX512 = 2, K3_ISA_NEON = 3 };
 K3_API int32_t k3_isa_set(int32_t isa);
 K3_API int32_t k3_isa_get(void);
 K3_API int32_t k3_isa_supported(int32_t isa);    /* 1 / 0 */

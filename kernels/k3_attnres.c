@@ -25,7 +25,7 @@ K3_API int32_t k3_attnres_mix(const float* bank, int32_t n, const float* P, cons
       if (s > mx) mx = s;
     }
     double z = 0.0;
-    for (int32_t i = 0; i <= n; i++) { p[i] = exp(score[i] - mx); z += p[i]; }
+    for (int32_t i = 0; i <= n; i++) { p[i] = k3_exp(score[i] - mx); z += p[i]; }
     for (int32_t i = 0; i <= n; i++) p[i] /= z;
     float* o = out + (int64_t)t * E;
     /* out may alias P: every source value of element d is read before o[d] is written. */

@@ -1,19 +1,45 @@
 /* CRC-32 (zlib / IEEE 802.3, reflected polynomial 0xEDB88320: session files) and CRC-32C
  * (Castagnoli, 0x82F63B78: `--verify` of every streamed read). One table builder and one
- * slicing-by-8 loop serve both polynomials; CRC-32C also has an SSE4.2 path (_mm_crc32_u64,
- * ~5× the tables here) that computes exactly the same value. Exact integer math: one answer on
+ * slicing-by-8 loop serve both polynomials; CRC-32C also has a hardware path (SSE4.2
+ * _mm_crc32_u64, ~5× the tables here; on aarch64 the ARMv8 CRC32 __crc32cd) that computes
+ * exactly the same value. Exact integer math: one answer on
  * every machine and path (test/crc.test.ts). Little-endian hosts only (x86-64, aarch64). */
 #include "k3_io.h"
 
-#include <cpuid.h>
 #include <pthread.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <nmmintrin.h>
+#elif defined(__aarch64__)
+#include <arm_acle.h>
+#if defined(__linux__)
+#include <sys/auxv.h>
+#elif defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
+#endif
 
 typedef uint32_t crc_tables[8][256];
 
 static crc_tables ieee, castagnoli;
-static int has_sse42;
+static int has_hw; /* x86-64: SSE4.2; aarch64: the ARMv8 CRC32 instructions */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static int detect_hw(void) {
+#if defined(__x86_64__)
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_SSE4_2);
+#elif defined(__aarch64__) && defined(__linux__)
+  return (getauxval(AT_HWCAP) >> 7) & 1; /* HWCAP_CRC32 */
+#elif defined(__aarch64__) && defined(__APPLE__)
+  int v = 0; /* every Apple Silicon CPU has it; ask anyway */
+  size_t len = sizeof v;
+  return sysctlbyname("hw.optional.armv8_crc32", &v, &len, NULL, 0) == 0 && v;
+#else
+  return 0;
+#endif
+}
 
 static void build(crc_tables t, uint32_t poly) {
   for (uint32_t i = 0; i < 256; i++) {
@@ -28,8 +54,7 @@ static void build(crc_tables t, uint32_t poly) {
 static void init(void) {
   build(ieee, 0xEDB88320u);
   build(castagnoli, 0x82F63B78u);
-  unsigned a, b, c, d;
-  has_sse42 = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_SSE4_2);
+  has_hw = detect_hw();
 }
 
 /* Slicing-by-8 on a pre-inverted crc (the callers invert before and after). */
@@ -48,20 +73,27 @@ static uint32_t slice8(const crc_tables t, uint32_t crc, const uint8_t* p, int64
   return crc;
 }
 
+/* The CRC-32C instructions: the same loop on both architectures, 8 bytes then 1 at a time. */
 #if defined(__x86_64__)
-#include <nmmintrin.h>
-__attribute__((target("sse4.2,crc32"))) static uint32_t crc32c_hw(uint32_t crc, const uint8_t* p, int64_t len) {
-  uint64_t c = crc;
+#define CRC_HW __attribute__((target("sse4.2,crc32")))
+#define CRC_U64(c, v) (uint32_t)_mm_crc32_u64(c, v)
+#define CRC_U8(c, b) _mm_crc32_u8(c, b)
+#elif defined(__aarch64__)
+#define CRC_HW __attribute__((target("crc")))
+#define CRC_U64(c, v) __crc32cd(c, v)
+#define CRC_U8(c, b) __crc32cb(c, b)
+#endif
+#ifdef CRC_HW
+CRC_HW static uint32_t crc32c_hw(uint32_t crc, const uint8_t* p, int64_t len) {
   while (len >= 8) {
     uint64_t v;
     memcpy(&v, p, 8);
-    c = _mm_crc32_u64(c, v);
+    crc = CRC_U64(crc, v);
     p += 8;
     len -= 8;
   }
-  uint32_t c32 = (uint32_t)c;
-  while (len-- > 0) c32 = _mm_crc32_u8(c32, *p++);
-  return c32;
+  while (len-- > 0) crc = CRC_U8(crc, *p++);
+  return crc;
 }
 #endif
 
@@ -70,12 +102,12 @@ K3_API uint32_t k3_crc32(uint32_t crc, const void* buf, int64_t len) {
   return ~slice8((const uint32_t(*)[256])ieee, ~crc, (const uint8_t*)buf, len);
 }
 
-/* path: -1 auto, 0 tables, 1 hardware when the CPU has SSE4.2 (else tables: the same value). */
+/* path: -1 auto, 0 tables, 1 hardware when the CPU has the CRC instructions (else tables: the same value). */
 K3_API uint32_t k3_crc32c_path(uint32_t crc, const void* buf, int64_t len, int32_t path) {
   pthread_once(&once, init);
   const uint8_t* p = (const uint8_t*)buf;
-#if defined(__x86_64__)
-  if (path != 0 && has_sse42) return ~crc32c_hw(~crc, p, len);
+#ifdef CRC_HW
+  if (path != 0 && has_hw) return ~crc32c_hw(~crc, p, len);
 #endif
   (void)path;
   return ~slice8((const uint32_t(*)[256])castagnoli, ~crc, p, len);

@@ -33,8 +33,14 @@ static inline float k3_bf16(uint16_t b) {
   return f;
 }
 
+/* exp, expf, tanhf with the same bits on every machine and libm (k3_math.c): kernels call these,
+ * never libm's (sqrt, exactly rounded by IEEE 754, is the one libm function used). */
+float k3_expf(float x);
+double k3_exp(double x);
+float k3_tanhf(float x);
+
 /* sigmoid(x) = 1 / (1 + exp(−x)) in f32 (saturates cleanly: exp overflow → inf → 0). */
-static inline float k3_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float k3_sigmoidf(float x) { return 1.0f / (1.0f + k3_expf(-x)); }
 
 /* The library's 16-lane dot order (k3.h, matmuls): lane j sums products of c ≡ j (mod 16) for
  * c < n − n%16 in increasing c, halving tree, then the tail in increasing c. Products are

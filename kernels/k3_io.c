@@ -10,6 +10,20 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Linux: O_DIRECT (DMA straight into the caller's aligned buffer, no page cache).
+ * macOS has no O_DIRECT: F_NOCACHE asks the unified buffer cache not to keep the pages (reads of
+ * aligned ranges into aligned buffers then go straight to the device) and F_RDAHEAD 0 turns off
+ * the kernel's sequential read-ahead, which would otherwise read (and cache) bytes we skip. */
+K3_API int32_t k3_direct_mode(void) {
+#if defined(O_DIRECT)
+  return K3_DIRECT_ODIRECT;
+#elif defined(F_NOCACHE)
+  return K3_DIRECT_NOCACHE;
+#else
+  return K3_DIRECT_NONE;
+#endif
+}
+
 K3_API int32_t k3_file_open(const char* path, int32_t direct) {
   int flags = O_RDONLY | O_CLOEXEC;
 #ifdef O_DIRECT
@@ -18,7 +32,11 @@ K3_API int32_t k3_file_open(const char* path, int32_t direct) {
   int fd = open(path, flags);
   if (fd < 0) return -errno;
 #if !defined(O_DIRECT) && defined(F_NOCACHE)
-  if (direct && fcntl(fd, F_NOCACHE, 1) != 0) {
+  if (direct && (fcntl(fd, F_NOCACHE, 1) != 0
+#if defined(F_RDAHEAD)
+                 || fcntl(fd, F_RDAHEAD, 0) != 0
+#endif
+                 )) {
     int e = errno;
     close(fd);
     return -e;

@@ -12,6 +12,10 @@
 
 #define K3_IO_ALIGN 4096
 
+/* Which mechanism `direct = 1` uses in this build: 1 O_DIRECT (Linux), 2 F_NOCACHE + F_RDAHEAD
+ * off (macOS), 0 none (direct opens are plain buffered opens). */
+enum { K3_DIRECT_NONE = 0, K3_DIRECT_ODIRECT = 1, K3_DIRECT_NOCACHE = 2 };
+K3_API int32_t k3_direct_mode(void);
 /* Open read-only. direct = 1 asks for O_DIRECT / F_NOCACHE. Returns fd ≥ 0 or −errno. */
 K3_API int32_t k3_file_open(const char* path, int32_t direct);
 K3_API int32_t k3_file_close(int32_t fd);
@@ -49,7 +53,7 @@ K3_API void    k3_io_fail_nth(int64_t n);
 
 /* CRC-32 (IEEE, reflected, as zlib) of len bytes, continuing from crc (0 to start). */
 K3_API uint32_t k3_crc32(uint32_t crc, const void* buf, int64_t len);
-/* CRC-32C (Castagnoli) likewise: SSE4.2 hardware when present, else tables; same value.
+/* CRC-32C (Castagnoli) likewise: hardware (SSE4.2, ARMv8 CRC32) when present, else tables; same value.
  * k3_crc32c_path forces a path (0 tables, 1 hardware if present, -1 auto) for tests. */
 K3_API uint32_t k3_crc32c(uint32_t crc, const void* buf, int64_t len);
 K3_API uint32_t k3_crc32c_path(uint32_t crc, const void* buf, int64_t len, int32_t path);

@@ -1,12 +1,16 @@
 /* ISA detection and the process-wide dispatch choice (k3.h).
- * Detection uses cpuid + xgetbv (the OS must have enabled the YMM/ZMM state, not only the CPU
- * support it); __builtin_cpu_supports is avoided because it needs libgcc's init in the .so. */
+ * x86-64: cpuid + xgetbv (the OS must have enabled the YMM/ZMM state, not only the CPU support
+ * it); __builtin_cpu_supports is avoided because it needs libgcc's init in the .so.
+ * aarch64: Advanced SIMD (NEON) is mandatory in ARMv8-A, so every aarch64 CPU has it. */
 #include "k3_internal.h"
+#if defined(__x86_64__)
 #include <cpuid.h>
+#endif
 
 static int32_t detected = -2; /* -2: not yet; else best supported ISA */
 static int32_t current = -2;  /* ISA in effect; -2: auto on first use */
 
+#if defined(__x86_64__)
 static uint64_t xgetbv0(void) {
   uint32_t lo, hi;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
@@ -27,14 +31,21 @@ static int32_t detect(void) {
   if (avx512f && avx512bw && (xcr0 & 0xE6) == 0xE6) return K3_ISA_AVX512; /* opmask + ZMM state */
   return K3_ISA_AVX2;
 }
+#elif defined(__aarch64__)
+static int32_t detect(void) { return K3_ISA_NEON; }
+#else
+static int32_t detect(void) { return K3_ISA_SCALAR; }
+#endif
 
 static int32_t best(void) {
   if (detected == -2) detected = detect();
   return detected;
 }
 
+/* Scalar everywhere; the best path; and AVX2 on an AVX-512 machine (it runs both). */
 K3_API int32_t k3_isa_supported(int32_t isa) {
-  return isa >= K3_ISA_SCALAR && isa <= best() ? 1 : 0;
+  int32_t b = best();
+  return isa == K3_ISA_SCALAR || isa == b || (isa == K3_ISA_AVX2 && b == K3_ISA_AVX512) ? 1 : 0;
 }
 
 K3_API int32_t k3_isa_set(int32_t isa) {

@@ -39,7 +39,7 @@ K3_API void k3_kda_gate(const float* f, const float* dt_bias, const float* A_log
                         int32_t H, int32_t D, int32_t T, float lower) {
   for (int32_t t = 0; t < T; t++)
     for (int32_t h = 0; h < H; h++) {
-      float a = expf(A_log[h]);
+      float a = k3_expf(A_log[h]);
       int64_t base = ((int64_t)t * H + h) * D;
       for (int32_t d = 0; d < D; d++) {
         float s = f[base + d] + dt_bias[(int64_t)h * D + d];
@@ -66,7 +66,7 @@ static void kda_head(const kda_job* J, int32_t h) {
     const float *q = J->q + base, *k = J->k + base, *v = J->v + base, *g = J->g + base;
     float beta = J->beta[(int64_t)t * H + h];
     for (int32_t i = 0; i < D; i++) {
-      float a = expf(g[i]);
+      float a = k3_expf(g[i]);
       float* Si = S + (int64_t)i * D;
       for (int32_t j = 0; j < D; j++) Si[j] *= a;
     }

@@ -1,6 +1,7 @@
 /* Matrix products Y[t][r] = Σ_c W[r][c]·X[t][c] for bf16, f32 and MXFP4 weights (k3.h):
- * the scalar reference order and the dispatch. The AVX2 and AVX-512 paths live in
- * k3_matmul_avx2.c / k3_matmul_avx512.c and match these scalar functions bit for bit.
+ * the scalar reference order and the dispatch. The AVX2, AVX-512 and NEON paths live in
+ * k3_matmul_avx2.c / k3_matmul_avx512.c / k3_matmul_neon.c and match these scalar functions
+ * bit for bit.
  *
  * FP contract: -ffp-contract=off, no fast-math. Every path performs the order fixed in k3.h:
  * 16 lane accumulators (lane j ← columns c ≡ j mod 16, increasing c), each product rounded to
@@ -85,27 +86,40 @@ static void mm_part(void* ctx, int32_t i, int32_t n) {
   if (hi > lo) t->fn(&t->j, lo, hi);
 }
 
-static void run(mm_job j, mm_rows_fn scalar, mm_rows_fn avx2, mm_rows_fn avx512) {
+/* Each vector path exists only on its architecture (build.zig); k3_isa_set never selects a path
+ * this build lacks, so the NULLs below are never called. */
+#if defined(__x86_64__)
+#define X86(f) f
+#else
+#define X86(f) NULL
+#endif
+#if defined(__aarch64__)
+#define ARM(f) f
+#else
+#define ARM(f) NULL
+#endif
+
+static void run(mm_job j, mm_rows_fn scalar, mm_rows_fn avx2, mm_rows_fn avx512, mm_rows_fn neon) {
   if (j.rows <= 0 || j.T <= 0) return;
-  mm_task t = { j, j.isa == K3_ISA_AVX512 ? avx512 : j.isa == K3_ISA_AVX2 ? avx2 : scalar };
+  mm_task t = { j, j.isa == K3_ISA_AVX512 ? avx512 : j.isa == K3_ISA_AVX2 ? avx2 : j.isa == K3_ISA_NEON ? neon : scalar };
   k3_pool_run_if(mm_part, &t, (int64_t)j.rows * j.cols < SMALL_WEIGHTS);
 }
 
 K3_API void k3_matmul_bf16(const uint16_t* W, const float* X, float* Y,
                            int32_t rows, int32_t cols, int32_t T) {
   mm_job j = { W, NULL, X, Y, rows, cols, T, k3_isa_current() };
-  run(j, bf16_scalar, k3_mm_bf16_avx2, k3_mm_bf16_avx512);
+  run(j, bf16_scalar, X86(k3_mm_bf16_avx2), X86(k3_mm_bf16_avx512), ARM(k3_mm_bf16_neon));
 }
 
 K3_API void k3_matmul_f32(const float* W, const float* X, float* Y,
                           int32_t rows, int32_t cols, int32_t T) {
   mm_job j = { W, NULL, X, Y, rows, cols, T, k3_isa_current() };
-  run(j, f32_scalar, k3_mm_f32_avx2, k3_mm_f32_avx512);
+  run(j, f32_scalar, X86(k3_mm_f32_avx2), X86(k3_mm_f32_avx512), ARM(k3_mm_f32_neon));
 }
 
 K3_API void k3_matmul_mxfp4(const uint8_t* packed, const uint8_t* scales, const float* X,
                             float* Y, int32_t rows, int32_t cols, int32_t T) {
   if (cols % 32 != 0) return; /* contract: cols multiple of 32 (checked by the caller) */
   mm_job j = { packed, scales, X, Y, rows, cols, T, k3_isa_current() };
-  run(j, mxfp4_scalar, k3_mm_mxfp4_avx2, k3_mm_mxfp4_avx512);
+  run(j, mxfp4_scalar, X86(k3_mm_mxfp4_avx2), X86(k3_mm_mxfp4_avx512), ARM(k3_mm_mxfp4_neon));
 }

@@ -1,5 +1,5 @@
 /* Shared by the matmul files: k3_matmul.c (scalar reference order + dispatch),
- * k3_matmul_avx2.c and k3_matmul_avx512.c (the same order, blocked for speed).
+ * k3_matmul_avx2.c, k3_matmul_avx512.c and k3_matmul_neon.c (the same order, blocked for speed).
  *
  * Blocking never changes a bit: each output Y[t][r] keeps its own accumulators and sees exactly
  * the operations of k3.h in the same order; blocks only interleave independent (row, token)
@@ -52,4 +52,8 @@ void k3_mm_mxfp4_avx2(const mm_job* j, int64_t r0, int64_t r1);
 void k3_mm_bf16_avx512(const mm_job* j, int64_t r0, int64_t r1);
 void k3_mm_f32_avx512(const mm_job* j, int64_t r0, int64_t r1);
 void k3_mm_mxfp4_avx512(const mm_job* j, int64_t r0, int64_t r1);
+/* aarch64 only (k3_matmul_neon.c); the x86 files above are built for x86-64 only (build.zig). */
+void k3_mm_bf16_neon(const mm_job* j, int64_t r0, int64_t r1);
+void k3_mm_f32_neon(const mm_job* j, int64_t r0, int64_t r1);
+void k3_mm_mxfp4_neon(const mm_job* j, int64_t r0, int64_t r1);
 #endif

@@ -1,7 +1,9 @@
 /* Aligned memory and a memory-read bandwidth probe (k3.h). Allocation is this file's job. */
 #include "k3_internal.h"
 #include <stdlib.h>
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 /* Every allocation carries a 64-byte header just below the returned pointer: how it was made and
  * how to undo it. Large buffers (weights, slots, caches: ≥ 4 MiB) are anonymous mappings with
@@ -11,6 +13,9 @@
  * (defrag=madvise; right after a benchmark filled the page cache) — unpredictable open times.
  * Memory is still resident at allocation, so peak RSS reflects the whole plan at once. */
 #include <sys/mman.h>
+#ifndef MAP_POPULATE
+#define MAP_POPULATE 0 /* Linux only; elsewhere (macOS) pages are faulted on first touch */
+#endif
 #define K3_MEM_HDR 64
 #define K3_MEM_LARGE (4LL << 20)
 #define K3_MEM_MAGIC_HEAP 0x6b33686561700001ULL
@@ -63,6 +68,7 @@ K3_API void k3_mem_copy(void* dst, const void* src, int64_t bytes) {
  * The bench times it against the matmuls; the sum is returned so the reads cannot be elided. */
 typedef struct { const uint8_t* p; int64_t n; uint64_t part[K3_POOL_MAX_THREADS]; } sum_job;
 
+#if defined(__x86_64__)
 __attribute__((target("avx2"))) static uint64_t sum_avx2(const uint8_t* p, int64_t n) {
   __m256i z = _mm256_setzero_si256(), a0 = z, a1 = z, a2 = z, a3 = z;
   int64_t i = 0;
@@ -93,12 +99,27 @@ static uint64_t sum_sse2(const uint8_t* p, int64_t n) {
   return s;
 }
 
+static uint64_t sum_bytes(const uint8_t* p, int64_t n) {
+  return k3_isa_current() == K3_ISA_AVX2 || k3_isa_current() == K3_ISA_AVX512 ? sum_avx2(p, n) : sum_sse2(p, n);
+}
+#else
+/* Other architectures: a plain loop in 8 independent sums (aarch64: compiled to NEON widening adds). */
+static uint64_t sum_bytes(const uint8_t* p, int64_t n) {
+  uint64_t a[8] = {0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; l++) a[l] += p[i + l];
+  uint64_t s = a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+  for (; i < n; i++) s += p[i];
+  return s;
+}
+#endif
+
 static void sum_part(void* vctx, int32_t i, int32_t n) {
   sum_job* j = vctx;
   int64_t lo, hi;
   k3_chunk(j->n, i, n, &lo, &hi);
-  j->part[i] = k3_isa_current() >= K3_ISA_AVX2 ? sum_avx2(j->p + lo, hi - lo)
-                                               : sum_sse2(j->p + lo, hi - lo);
+  j->part[i] = sum_bytes(j->p + lo, hi - lo);
 }
 
 K3_API int64_t k3_mem_read_sum(const void* p, int64_t bytes) {

@@ -52,7 +52,7 @@ static void mla_head_token(const mla_job* J, int32_t h, int32_t t, float* slot) 
     if (s > mx) mx = s;
   }
   double sum = 0.0;
-  for (int32_t p = 0; p < npos; p++) { a[p] = expf(a[p] - mx); sum += a[p]; }
+  for (int32_t p = 0; p < npos; p++) { a[p] = k3_expf(a[p] - mx); sum += a[p]; }
   for (int32_t p = 0; p < npos; p++) a[p] = (float)((double)a[p] / sum);
 
   for (int32_t j = 0; j < R; j++) o_lat[j] = 0.0f;

@@ -1,5 +1,5 @@
 /* Elementwise and vector ops (k3.h). One scalar implementation each, sequential order.
- * FP contract: -ffp-contract=off, no fast-math; libm expf/tanhf. Loops over independent
+ * FP contract: -ffp-contract=off, no fast-math; k3_expf/k3_tanhf (k3_math.c, libm's x86-64 bits). Loops over independent
  * elements may be vectorized by the compiler, which never reorders a single element's ops. */
 #include "k3_internal.h"
 
@@ -28,9 +28,9 @@ K3_API void k3_mul_sigmoid(float* x, const float* gate, int64_t n) {
 K3_API void k3_situ_glu(const float* g, const float* u, float* out, int64_t n, float b1, float b2) {
   for (int64_t i = 0; i < n; i++) {
     float gi = g[i], ui = u[i];
-    float a = b1 * tanhf(gi / b1);
+    float a = b1 * k3_tanhf(gi / b1);
     a = a * k3_sigmoidf(gi);
-    float v = b2 * tanhf(ui / b2);
+    float v = b2 * k3_tanhf(ui / b2);
     out[i] = a * v;
   }
 }

@@ -14,6 +14,8 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ __volatile__("yield")
 #else
 #define CPU_RELAX() ((void)0)
 #endif

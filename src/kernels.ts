@@ -22,7 +22,7 @@ export const symbols = {
   k3_version: { args: [], returns: i32 },
   k3_limit: { args: [i32], returns: i32 }, // (K3_LIMIT_* id) → value; see kernelLimits()
 
-  // ISA dispatch (process-wide): -1 auto, 0 scalar, 1 AVX2, 2 AVX-512
+  // ISA dispatch (process-wide): -1 auto, 0 scalar, 1 AVX2, 2 AVX-512, 3 NEON (aarch64)
   k3_isa_set: { args: [i32], returns: i32 },
   k3_isa_get: { args: [], returns: i32 },
   k3_isa_supported: { args: [i32], returns: i32 },
@@ -73,6 +73,7 @@ export const symbols = {
   k3_router_topk: { args: [ptr, ptr, i32, i32, i32, f32, ptr, ptr], returns: i32 }, // K3_OK / K3_ERR_ARG
 
   // I/O (kernels/k3_io.h): files, direct-I/O probe, the I/O thread pool, CRC-32
+  k3_direct_mode: { args: [], returns: i32 }, // what direct opens use here: 1 O_DIRECT, 2 F_NOCACHE (macOS), 0 none
   k3_file_open: { args: [cstring, i32], returns: i32 }, // (path, direct) → fd or −errno
   k3_file_close: { args: [i32], returns: i32 },
   k3_file_size: { args: [i32], returns: i64_fast },
@@ -86,12 +87,15 @@ export const symbols = {
   k3_io_wait_any: { args: [ptr, i32], returns: i32 }, // (BigInt64Array tickets, n) → index
   k3_io_fail_nth: { args: [i64], returns: v },
   k3_crc32: { args: [u32, ptr, i64], returns: u32 },
-  k3_crc32c: { args: [u32, ptr, i64], returns: u32 }, // hardware (SSE4.2) or tables, same value
+  k3_crc32c: { args: [u32, ptr, i64], returns: u32 }, // hardware (SSE4.2 / ARMv8 CRC32) or tables, same value
   k3_crc32c_path: { args: [u32, ptr, i64, i32], returns: u32 }, // (…, path: 0 tables, 1 hardware, -1 auto)
 } as const;
 
+/** What k3_direct_mode() returns, by code (kernels/k3_io.h): the mechanism behind a direct open. */
+export const DIRECT_MODES = ["buffered", "O_DIRECT", "F_NOCACHE"] as const;
+
 /** ISA ids of k3_isa_set / k3_isa_get (kernels/k3.h). */
-export const ISA = { auto: -1, scalar: 0, avx2: 1, avx512: 2 } as const;
+export const ISA = { auto: -1, scalar: 0, avx2: 1, avx512: 2, neon: 3 } as const;
 
 /** Status codes kernels return (kernels/k3.h). */
 export const K3_STATUS = { ok: 0, arg: -1, nomem: -2, io: -3, short: -4, nonfinite: -5 } as const;

@@ -43,6 +43,16 @@ describe("matmul bits across ISA paths and thread counts", () => {
     expect(k.k3_isa_set(ISA.avx512)).toBe(ISA.avx512);
     k.k3_isa_set(ISA.auto);
   });
+  test.skipIf(!supported.neon)("NEON path present on this CPU (aarch64; named skip otherwise)", () => {
+    expect(k.k3_isa_set(ISA.neon)).toBe(ISA.neon);
+    k.k3_isa_set(ISA.auto);
+  });
+  test("the other architecture's paths are refused; scalar is always there", () => {
+    const foreign = process.arch === "arm64" ? [ISA.avx2, ISA.avx512] : [ISA.neon];
+    for (const isa of foreign) expect(k.k3_isa_set(isa)).toBe(-1);
+    expect(k.k3_isa_set(ISA.scalar)).toBe(ISA.scalar);
+    k.k3_isa_set(ISA.auto);
+  });
 
   test("a row of a T-token batch equals the token computed alone (every path)", () => {
     for (const isa of allIsas) {

@@ -78,8 +78,9 @@ export const supported = {
   scalar: k.k3_isa_supported(ISA.scalar) === 1,
   avx2: k.k3_isa_supported(ISA.avx2) === 1,
   avx512: k.k3_isa_supported(ISA.avx512) === 1,
+  neon: k.k3_isa_supported(ISA.neon) === 1, // aarch64 (test/arm64.test.ts runs these tests there under qemu)
 };
-export const allIsas = [ISA.scalar, ISA.avx2, ISA.avx512].filter((i) => k.k3_isa_supported(i) === 1);
+export const allIsas = [ISA.scalar, ISA.avx2, ISA.avx512, ISA.neon].filter((i) => k.k3_isa_supported(i) === 1);
 
 /** Hash of the exact bits of a typed array. */
 export const bitsHash = (a: ArrayBufferView) =>

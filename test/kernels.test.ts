@@ -12,6 +12,7 @@ const paths = [
   { name: "scalar", isa: ISA.scalar, ok: supported.scalar },
   { name: "AVX2", isa: ISA.avx2, ok: supported.avx2 },
   { name: "AVX-512", isa: ISA.avx512, ok: supported.avx512 },
+  { name: "NEON", isa: ISA.neon, ok: supported.neon },
 ];
 
 /** Bound for y = Σ_c w_c·x_c computed in f32 with n products: γ_{n+2}·Σ|w·x| + (n+2)·2^-150. */

@@ -124,7 +124,7 @@ describe("determinism", () => {
   // The reference bits: scalar path, one thread, one token per chunk. Every ISA path this CPU has
   // must give them at 1, 2, 3 threads and chunks of 1, 3, 32; a path it lacks is a named skip.
   let baseline: { logits: string; ids: number[] } | undefined;
-  const run = (threads: number, isa: "scalar" | "avx2" | "avx512", chunk: number) => {
+  const run = (threads: number, isa: "scalar" | "avx2" | "avx512" | "neon", chunk: number) => {
     const engine = Engine.open(dirs["tiny-a"]!, { threads, isa, chunk });
     try {
       return { logits: bits(Float32Array.from(engine.prefill(engine.createSession(), PROMPT))), ids: greedy(engine, PROMPT, 8) };
@@ -138,7 +138,7 @@ describe("determinism", () => {
   afterAll(() => {
     loadKernels().k3_isa_set(-1);
   });
-  for (const isa of ["scalar", "avx2", "avx512"] as const)
+  for (const isa of ["scalar", "avx2", "avx512", "neon"] as const)
     test.skipIf(loadKernels().k3_isa_supported(ISA[isa]) !== 1)(`ISA ${isa}: logits and ids bit-identical across threads 1, 2, 3 and prefill chunks 1, 3, 32`, () => {
       let runs = 0;
       for (const threads of [1, 2, 3])
