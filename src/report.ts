@@ -22,6 +22,7 @@ function ioJson(io: WeightStats) {
     io_wait_ms: round2(io.ioWaitMs),
     verify_ms: round2(io.verifyMs),
     direct_io: io.directIo,
+    io_mode: io.ioMode, // O_DIRECT | F_NOCACHE (macOS) | buffered
   };
 }
 
@@ -90,7 +91,7 @@ export function statsLine(s: GenerationStats, threads: number, finishReason: str
     `${(s.msPerToken / 1000).toFixed(3)} s/token`,
     `read ${formatBytes(s.ioPerToken.bytesRead)}/token`,
     `hits ${s.io.expertHits}/${s.io.expertRequests}`,
-    `direct I/O ${s.io.directIo ? "on" : "off"}`,
+    `direct I/O ${s.io.directIo ? `on (${s.io.ioMode})` : "off"}`,
     s.io.verifyMs > 0 ? `verify ${(s.io.verifyMs / 1000).toFixed(2)} s` : "",
     `peak RSS ${formatBytes(s.peakRssBytes)}`,
     `${threads} threads`,

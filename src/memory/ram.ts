@@ -3,10 +3,12 @@
 // <cgroupRoot>/<path>/… ; cgroup v1 (the "memory" controller line of /proc/self/cgroup):
 // memory.limit_in_bytes at <cgroupRoot>/memory/<path>/… . A limit a parent sets binds the child
 // too, hence the walk. Paths are parameters so tests drive a fake /proc and /sys/fs/cgroup tree.
+// macOS has neither /proc nor cgroups: ram-darwin.ts (sysctl hw.memsize, vm_stat).
 import { formatBytes } from "../format.ts";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { K3Error } from "../errors.ts";
+import { darwinUsableRam } from "./ram-darwin.ts";
 
 export interface RamPaths {
   meminfo: string; // /proc/meminfo
@@ -46,6 +48,7 @@ function ancestors(base: string, leaf: string): string[] {
 }
 
 export function usableRam(paths: RamPaths = SYSTEM_RAM_PATHS): UsableRam {
+  if (paths === SYSTEM_RAM_PATHS && process.platform === "darwin") return darwinUsableRam(); // no /proc, no cgroups
   const limits: RamLimit[] = [];
   let meminfo: string;
   try {

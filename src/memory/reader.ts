@@ -9,8 +9,9 @@
 // EMPTY → INFLIGHT → READY, and only READY bytes are ever handed to the model.
 import type { Checkpoint } from "../checkpoint/catalogue.ts";
 import { K3Error } from "../errors.ts";
-import { kernelLimits, type Kernels } from "../kernels.ts";
+import { DIRECT_MODES, kernelLimits, type Kernels } from "../kernels.ts";
 import { at, type Addr } from "../model/cmem.ts";
+import type { IoMode } from "../model/weights.ts";
 import type { ReadPlan } from "./readplan.ts";
 
 /** Requests the process-wide I/O pool can hold; shared by every engine in the process. */
@@ -49,6 +50,7 @@ export function joinIoPool(k: Kernels, threads: number | undefined): number {
 export class ShardReader {
   private fds = new Map<string, number>();
   readonly directIo: boolean;
+  readonly ioMode: IoMode; // which direct mechanism (O_DIRECT, macOS F_NOCACHE), or buffered
   readonly ioThreads: number;
   /** Tickets submitted and not yet waited for (this reader's share of the I/O pool). */
   outstanding = 0;
@@ -62,6 +64,7 @@ export class ShardReader {
     opts: { direct: boolean; ioThreads?: number },
   ) {
     this.directIo = opts.direct && k.k3_direct_probe(ckpt.shards[0]!.file) === 1;
+    this.ioMode = this.directIo ? DIRECT_MODES[k.k3_direct_mode()]! : "buffered";
     try {
       for (const s of ckpt.shards) {
         const fd = k.k3_file_open(s.file, this.directIo ? 1 : 0);

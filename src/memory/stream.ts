@@ -157,6 +157,7 @@ export class StreamingWeights implements WeightProvider {
       ioWaitMs: this.reader.waitMs,
       verifyMs: this.checks?.ms ?? 0,
       directIo: this.reader.directIo,
+      ioMode: this.reader.ioMode,
     };
   }
 

@@ -17,7 +17,7 @@ export class ResidentWeights implements WeightProvider {
   private refs = new Map<string, TensorRef>();
   private layers: LayerRef[] = [];
   private pending: number[] = [];
-  private counters: WeightStats = zeroStats(false);
+  private counters: WeightStats = zeroStats("buffered");
 
   constructor(
     private k: Kernels,

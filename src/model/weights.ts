@@ -40,12 +40,16 @@ export interface WeightStats {
   lookaheadUsed: number;
   ioWaitMs: number;
   verifyMs: number; // time spent checking checksums (--verify)
-  directIo: boolean;
+  directIo: boolean; // ioMode !== "buffered"
+  ioMode: IoMode;
 }
 
+/** How shards are read: O_DIRECT (Linux), F_NOCACHE + read-ahead off (macOS), or through the page cache. */
+export type IoMode = "O_DIRECT" | "F_NOCACHE" | "buffered";
+
 /** All counters at zero (a provider's starting point). */
-export function zeroStats(directIo: boolean): WeightStats {
-  return { trunkBytesRead: 0, expertBytesRead: 0, reads: 0, expertRequests: 0, expertHits: 0, lookaheadIssued: 0, lookaheadUsed: 0, ioWaitMs: 0, verifyMs: 0, directIo };
+export function zeroStats(ioMode: IoMode): WeightStats {
+  return { trunkBytesRead: 0, expertBytesRead: 0, reads: 0, expertRequests: 0, expertHits: 0, lookaheadIssued: 0, lookaheadUsed: 0, ioWaitMs: 0, verifyMs: 0, directIo: ioMode !== "buffered", ioMode };
 }
 
 export interface WeightProvider {
