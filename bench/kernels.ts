@@ -16,6 +16,7 @@ const isas = [
   { name: "scalar", id: ISA.scalar },
   { name: "avx2", id: ISA.avx2 },
   { name: "avx512", id: ISA.avx512 },
+  { name: "neon", id: ISA.neon }, // aarch64: the NEON path's speed was never measured (docs/PORTS.md)
 ].filter((i) => k.k3_isa_supported(i.id) === 1);
 
 type Arm = { kernel: string; shape: string; bytesPerCall: number; call: (i: number) => void; count: number };

@@ -22,6 +22,7 @@ const threadCounts = [...new Set([1, 2])].filter((n) => n <= navigator.hardwareC
 const isas = [
   { name: "avx2", id: ISA.avx2 },
   { name: "avx512", id: ISA.avx512 },
+  { name: "neon", id: ISA.neon },
 ].filter((i) => k.k3_isa_supported(i.id) === 1);
 
 type Arm = { kernel: string; rows: number; cols: number; bytes: number; count: number; call: (i: number, X: Float32Array, Y: Float32Array, T: number) => void };

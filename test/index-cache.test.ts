@@ -2,13 +2,14 @@
 // and written to the user's cache folder when the model folder is read-only.
 import { describe, expect, test } from "bun:test";
 import { cpSync, mkdirSync, readdirSync, utimesSync } from "node:fs";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { openCheckpointCached, INDEX_CACHE_FILE, INDEX_CACHE_FORMAT } from "../src/checkpoint/index-cache.ts";
 import { scratchDir, tinyModel } from "./helpers/models.ts";
 
+/** A copy of tiny-c without its catalogue cache (an earlier test file may have opened tiny-c). */
 async function fresh(name: string): Promise<string> {
   const d = scratchDir(name);
-  cpSync(await tinyModel("tiny-c"), d, { recursive: true });
+  cpSync(await tinyModel("tiny-c"), d, { recursive: true, filter: (src) => basename(src) !== INDEX_CACHE_FILE });
   return d;
 }
 
