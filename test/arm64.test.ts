@@ -57,7 +57,7 @@ describe(`linux-arm64 under qemu-aarch64${SKIP}`, () => {
     const r = arm64(["test", ...files], { asBun: true });
     expect({ code: r.code, tail: r.err.slice(-1500) }).toEqual({ code: 0, tail: expect.any(String) });
     // The NEON path really ran (ISA 3), and against the pinned golden hashes.
-    expect(r.err).toContain("(pass) matmul bits equal the pre-optimisation implementation > ISA 3, threads 1, 2, 3: every case hashes to the saved bits");
+    expect(r.err).toContain("(pass) matmul bits equal the pre-optimisation implementation > ISA neon, threads 1, 2, 3: every case hashes to the saved bits");
     expect(r.err).toContain("(pass) matmul bits across ISA paths and thread counts > NEON path present on this CPU");
     expect(r.err).toContain("(pass) exp / expf / tanhf kernels");
     expect(r.err).toMatch(/ 0 fail/);

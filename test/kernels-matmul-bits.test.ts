@@ -11,7 +11,7 @@ import { ISA } from "../src/kernels.ts";
 import { k, rng, randF32, randBF16, randMXFP4, withIsaThreads, bitsHash, supported } from "./kernels.helpers.ts";
 
 /** Every ISA path; one this CPU lacks is a named skip, so an AVX2-only run says AVX-512 was not tested. */
-const PATHS = (["scalar", "avx2", "avx512"] as const).map((name) => ({ name, isa: ISA[name], here: supported[name] }));
+const PATHS = (["scalar", "avx2", "avx512", "neon"] as const).map((name) => ({ name, isa: ISA[name], here: supported[name] }));
 
 type Case = { name: string; run: () => Float32Array };
 
