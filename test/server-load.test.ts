@@ -187,5 +187,5 @@ describe("soak", () => {
     expect(rssGrowth).toBeLessThan(50e6);
     expect(openFds() - fds0).toBeLessThan(16);
     console.error(`soak: RSS growth ${(rssGrowth / 1e6).toFixed(1)} MB over 300 requests, fds ${fds0} → ${openFds()}`);
-  }, 60_000);
+  }, 240_000); // ~12 s of CPU; 58 s wall measured with the 2 cores shared by other suites (load 13)
 });
