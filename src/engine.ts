@@ -509,6 +509,7 @@ function diffStats(a: WeightStats, b: WeightStats): WeightStats {
     ioWaitMs: a.ioWaitMs - b.ioWaitMs,
     verifyMs: a.verifyMs - b.verifyMs,
     directIo: a.directIo,
+    ioMode: a.ioMode,
   };
 }
 
