@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { argmax, createSampler, Xoshiro128ss } from "../src/text/sampling.ts";
+import { argmax, createSampler, drawFrom, Xoshiro128ss } from "../src/text/sampling.ts";
 import { StopMatcher } from "../src/text/stop.ts";
 import { K3Error } from "../src/errors.ts";
 
@@ -171,5 +171,23 @@ describe("tiny temperatures", () => {
   test("a temperature near the smallest double still picks the argmax, never a NaN-weighted id", () => {
     const logits = new Float32Array([1, 5, 3, 2, -1]);
     for (const t of [1e-300, 1e-310, Number.MIN_VALUE]) expect(createSampler({ temperature: t, seed: 1 }).sample(logits)).toBe(1);
+  });
+});
+
+describe("the distribution a sampler exposes (for speculative sampling)", () => {
+  test("sample(l) = drawFrom(weights(l), uniform()) on a twin sampler with the same seed", () => {
+    for (const opts of [{ temperature: 0.7 }, { temperature: 1.2, topK: 50 }, { temperature: 1, topP: 0.8, minP: 0.02 }]) {
+      const a = createSampler({ ...opts, seed: 8 });
+      const b = createSampler({ ...opts, seed: 8 });
+      for (let i = 0; i < 200; i++) {
+        const logits = randomLogits(500, i);
+        expect(drawFrom(b.distribution!.weights(logits), b.distribution!.uniform())).toBe(a.sample(logits));
+      }
+    }
+  });
+  test("greedy has none; forced logits (+∞) give a one-hot distribution", () => {
+    expect(createSampler().distribution).toBeUndefined();
+    const w = createSampler({ temperature: 1 }).distribution!.weights(new Float32Array([1, Infinity, 2, Infinity]));
+    expect([...w]).toEqual([0, 1, 0, 0]);
   });
 });

@@ -27,6 +27,17 @@ export interface SamplerOptions {
 
 export interface Sampler {
   sample(logits: Float32Array): number;
+  /**
+   * What `sample` draws from, for exact speculative sampling (src/speculate/accept.ts); absent
+   * for greedy. `weights` returns the unnormalised filtered weights (0 = never drawn; a view
+   * reused by the next call) and `uniform` the next draw of the same seeded PRNG in [0, 1).
+   */
+  readonly distribution?: SamplerDistribution;
+}
+
+export interface SamplerDistribution {
+  weights(logits: Float32Array): Float64Array;
+  uniform(): number;
 }
 
 export function createSampler(opts: SamplerOptions = {}): Sampler {
@@ -46,11 +57,27 @@ export function createSampler(opts: SamplerOptions = {}): Sampler {
   const rng = new Xoshiro128ss(opts.seed ?? 0);
   // Per-sampler buffers (vocab-sized, float64), reused every token: no allocation per token.
   const buf = { w: new Float64Array(0), scratch: new Float64Array(0) };
+  /** Fill buf.w; returns the id to emit without a draw when the logits force one (±∞ max), else −1. */
+  const fill = (logits: Float32Array): number => {
+    if (buf.w.length !== logits.length) buf.w = new Float64Array(logits.length);
+    if ((topK > 0 || topP < 1) && buf.scratch.length !== logits.length) buf.scratch = new Float64Array(logits.length);
+    return filteredWeights(logits, temperature, topK, topP, minP, buf.w, buf.scratch);
+  };
   return {
     sample: (logits) => {
-      if (buf.w.length !== logits.length) buf.w = new Float64Array(logits.length);
-      if ((topK > 0 || topP < 1) && buf.scratch.length !== logits.length) buf.scratch = new Float64Array(logits.length);
-      return sampleFiltered(logits, temperature, topK, topP, minP, rng, buf.w, buf.scratch);
+      const forced = fill(logits);
+      return forced >= 0 ? forced : drawFrom(buf.w, rng.nextFloat());
+    },
+    distribution: {
+      weights: (logits) => {
+        const forced = fill(logits);
+        if (forced >= 0) {
+          buf.w.fill(0);
+          buf.w[forced] = 1;
+        }
+        return buf.w;
+      },
+      uniform: () => rng.nextFloat(),
     },
   };
 }
@@ -70,22 +97,16 @@ export function argmax(logits: Float32Array): number {
   return best;
 }
 
-function sampleFiltered(
-  logits: Float32Array,
-  temperature: number,
-  topK: number,
-  topP: number,
-  minP: number,
-  rng: Xoshiro128ss,
-  w: Float64Array,
-  scratch: Float64Array,
-): number {
+/**
+ * w (n): the unnormalised float64 weights `sample` draws from, 0 for a dropped or impossible
+ * token. Returns the id to emit WITHOUT a draw when the largest logit is ±∞ (then w is not
+ * filled), else −1.
+ */
+function filteredWeights(logits: Float32Array, temperature: number, topK: number, topP: number, minP: number, w: Float64Array, scratch: Float64Array): number {
   const n = logits.length;
   const top = argmax(logits);
   const maxLogit = logits[top]!;
   if (maxLogit === Infinity || maxLogit === -Infinity) return top;
-
-  // w: (n) unnormalised float64 probabilities; 0 marks a dropped or impossible token.
   // (l − max) / T, never l/T − max/T: with a tiny T the latter overflows to ∞ − ∞ = NaN.
   for (let i = 0; i < n; i++) {
     const l = logits[i]!;
@@ -96,12 +117,21 @@ function sampleFiltered(
   if (minP > 0) {
     for (let i = 0; i < n; i++) if (w[i]! < minP) w[i] = 0; // max w is exactly 1 and survives
   }
+  return -1;
+}
 
+/**
+ * Draw from unnormalised weights with u ∈ [0, 1): walk ids in ascending order, the first whose
+ * running sum exceeds u × total wins (float rounding that leaves u × total ≥ the sum picks the
+ * last kept id). At least one weight must be > 0.
+ */
+export function drawFrom(w: Float64Array, u01: number): number {
+  const n = w.length;
   let total = 0;
   for (let i = 0; i < n; i++) total += w[i]!;
-  const u = rng.nextFloat() * total;
+  const u = u01 * total;
   let acc = 0;
-  let last = top;
+  let last = -1;
   for (let i = 0; i < n; i++) {
     const wi = w[i]!;
     if (wi === 0) continue;
@@ -109,7 +139,8 @@ function sampleFiltered(
     last = i;
     if (acc > u) return i;
   }
-  return last; // float rounding left u ≥ acc: the last kept id
+  if (last < 0) throw new K3Error("INTERNAL", "cannot sample: every weight is zero");
+  return last;
 }
 
 /** Zero all but the k largest weights. w = exp(z - max) is monotonic in the logit, so this is

@@ -1,0 +1,176 @@
+// When to speculate, and how far (docs/SPECULATION.md §cost model).
+//
+// A verify pass over T = 1 + k positions costs more than a one-position pass (more distinct
+// experts, more compute) and yields 1 + (accepted drafts) tokens. With a per-draft acceptance
+// probability a (drafts are kept in order until the first rejection), the expected yield is
+//     E(k) = 1 + a + a² + … + a^k,
+// and the step takes the k ≤ the drafter's proposal that maximises E(k) / cost(1 + k); k = 0
+// (plain decoding) unless that beats 1 / cost(1) by `margin`, so a wrong cost estimate has to
+// be off by the margin before speculation can lose time.
+//
+//   cost(T) = diskBytes(T) + κ · activeBytes · (1 + μ·(T − 1))
+//
+// diskBytes(T): what a T-position pass reads, from the engine's byte counters (deterministic):
+//   the running mean over passes of that T; for a T not seen yet, the trunk bytes of a
+//   one-position pass plus its expert bytes × D(T)/D(1), where D(T) = N·(1 − (1 − K/N)^T) is the
+//   expected number of distinct experts T positions route to (N experts, top-K, flat routing:
+//   K3's router is trained for flat load). Before any pass is measured, the planner's prior.
+// The second term is compute, in bytes-equivalent of disk reads: activeBytes = the weight bytes
+//   one position multiplies (every trunk unit + top-K experts per MoE layer), κ = the time to
+//   multiply a byte relative to reading it from disk, μ = the cost of each extra position in a
+//   batched pass relative to the first. They matter where the disk reads little (weights
+//   resident): there a pass is compute-bound and speculation pays only at high acceptance.
+// Every input is a counter or a constant, so the decision (and the bytes a run reads) is the
+// same on every run of the same input; only wall time varies.
+//
+// Acceptance a: successes / trials over verified drafts (a pass that keeps m of k drafts is m
+// successes in m + 1 trials if it rejected one, m in m if not), with a prior and exponential
+// forgetting per decode step: after drafts stop paying, the estimate drifts back to the prior
+// and one short probe is tried, so a text that starts repeating later is still caught.
+
+export interface PassCostPrior {
+  /** Disk bytes of trunk units a one-position pass is expected to read (streamed units). */
+  trunkBytes: number;
+  /** Disk bytes of routed experts a one-position pass is expected to read (misses). */
+  expertBytes: number;
+  /** Weight bytes one position multiplies: all trunk units and the head, top-K experts per MoE layer. */
+  activeBytes: number;
+  /** Routed experts per MoE layer (N) and experts per token (K). */
+  numExperts: number;
+  topK: number;
+}
+
+export interface CostModelOptions {
+  /** κ: cost of multiplying one weight byte relative to reading one byte from disk (default 0.1). */
+  computeWeight?: number;
+  /** μ: compute of each extra position of a batched pass relative to the first (default 0.5). */
+  extraPositionCompute?: number;
+  /** Predicted gain required before speculating (default 0.05 = 5 %). */
+  margin?: number;
+  /** Acceptance assumed before any draft was verified (default 0.5), worth `priorTrials` trials (default 2). */
+  priorAcceptance?: number;
+  priorTrials?: number;
+  /** Per-step forgetting factor of the acceptance counts (default 0.95). */
+  decay?: number;
+}
+
+/** Running per-draft acceptance probability with a prior and exponential forgetting. */
+export class AcceptanceRate {
+  private successes = 0;
+  private trials = 0;
+  constructor(
+    private readonly prior = 0.5,
+    private readonly priorTrials = 2,
+    private readonly decay = 0.95,
+  ) {}
+
+  get rate(): number {
+    return (this.successes + this.prior * this.priorTrials) / (this.trials + this.priorTrials);
+  }
+
+  /** A verify pass kept `accepted` of `drafted` drafts. */
+  record(drafted: number, accepted: number): void {
+    this.successes += accepted;
+    this.trials += accepted + (accepted < drafted ? 1 : 0);
+  }
+
+  /** One decode step went by (with or without a verify pass): older evidence weighs less. */
+  step(): void {
+    this.successes *= this.decay;
+    this.trials *= this.decay;
+  }
+}
+
+/** Expected tokens from a pass with k drafts at per-draft acceptance a: 1 + a + … + a^k. */
+export function expectedTokens(a: number, k: number): number {
+  let e = 0;
+  let p = 1;
+  for (let j = 0; j <= k; j++) {
+    e += p;
+    p *= a;
+  }
+  return e;
+}
+
+/**
+ * The k in [0, maxK] maximising expectedTokens(a, k) / cost(1 + k); 0 unless the best beats
+ * plain decoding (1 / cost(1)) by the factor 1 + margin.
+ */
+export function bestDraftLength(a: number, maxK: number, cost: (T: number) => number, margin: number): number {
+  let best = 0;
+  let bestRate = (1 + margin) / cost(1);
+  for (let k = 1; k <= maxK; k++) {
+    const rate = expectedTokens(a, k) / cost(1 + k);
+    if (rate > bestRate) {
+      best = k;
+      bestRate = rate;
+    }
+  }
+  return best;
+}
+
+interface Measured {
+  trunk: number;
+  expert: number;
+  passes: number;
+}
+
+/** Per-session speculation policy: measured pass bytes per T, acceptance, and the decision. */
+export class SpeculationCost {
+  readonly acceptance: AcceptanceRate;
+  private readonly measured = new Map<number, Measured>();
+  private readonly kappa: number;
+  private readonly mu: number;
+  private readonly margin: number;
+
+  constructor(
+    private readonly prior: PassCostPrior,
+    opts: CostModelOptions = {},
+  ) {
+    this.kappa = opts.computeWeight ?? 0.1;
+    this.mu = opts.extraPositionCompute ?? 0.5;
+    this.margin = opts.margin ?? 0.05;
+    this.acceptance = new AcceptanceRate(opts.priorAcceptance ?? 0.5, opts.priorTrials ?? 2, opts.decay ?? 0.95);
+  }
+
+  /** Bytes a pass of T positions read (from the engine's counters). Running mean per T. */
+  observePass(T: number, trunkBytes: number, expertBytes: number): void {
+    const m = this.measured.get(T);
+    if (!m) {
+      this.measured.set(T, { trunk: trunkBytes, expert: expertBytes, passes: 1 });
+      return;
+    }
+    // Mean of the last ~8 passes: the expert cache warms up, so old passes say less.
+    const w = 1 / Math.min(m.passes + 1, 8);
+    m.trunk += (trunkBytes - m.trunk) * w;
+    m.expert += (expertBytes - m.expert) * w;
+    m.passes++;
+  }
+
+  /** Expected distinct experts among T positions, relative to one position: D(T) / D(1). */
+  private distinctRatio(T: number): number {
+    const N = this.prior.numExperts;
+    const K = this.prior.topK;
+    if (N <= 0 || K <= 0) return T;
+    return (N * (1 - Math.pow(1 - K / N, T))) / K;
+  }
+
+  /** Predicted disk bytes of a T-position pass. */
+  diskBytes(T: number): number {
+    const m = this.measured.get(T);
+    if (m) return m.trunk + m.expert;
+    const one = this.measured.get(1) ?? { trunk: this.prior.trunkBytes, expert: this.prior.expertBytes };
+    return one.trunk + one.expert * this.distinctRatio(T);
+  }
+
+  /** Predicted cost of a T-position pass (bytes-equivalent). */
+  cost(T: number): number {
+    return this.diskBytes(T) + this.kappa * this.prior.activeBytes * (1 + this.mu * (T - 1));
+  }
+
+  /** How many of the `proposed` drafts to verify this step (0 = decode plainly). */
+  draftLength(proposed: number): number {
+    if (proposed < 1) return 0;
+    return bestDraftLength(this.acceptance.rate, proposed, (T) => this.cost(T), this.margin);
+  }
+}
