@@ -3,6 +3,7 @@
 //
 //   bun run bench/run.ts [--quick] [--runs N] [--tokens N] [--model DIR] [--no-docs]
 //   bun run bench/run.ts --render bench/out/stream-….json [--no-docs]   (re-render a saved run)
+//   bun run bench/run.ts --speculation [...]   (the speculation arms: bench/speculate.ts)
 //
 //  1. Generates models/slice if missing (~40–60 s, 13.9 GB).
 //  2. Disk read bandwidth of the same shard files (O_DIRECT, parallel; bench/disk.ts), before
@@ -15,51 +16,29 @@
 //     between its markers (full runs only, unless --no-docs).
 // A failing arm is reported and the others continue; the exit code is 1 if any arm failed, an
 // identity check failed or a budget was exceeded.
-import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { tmpdir } from "node:os";
-import type { ArmResult, ArmSpec } from "./stream.ts";
+import type { ArmSpec } from "./stream.ts";
 import type { DiskResult } from "./disk.ts";
 import { machineInfo } from "./machine.ts";
 import { renderMarkdown, summarize, type BenchReport, type RunResult } from "./report.ts";
+import { freezeKernels, parseCommonArgs, ROOT, runArmChild, updateDocSection, writeReport, type CommonArgs } from "./common.ts";
 
-const ROOT = resolve(import.meta.dir, "..");
 const BUN = process.execPath;
 
-interface Args {
-  quick: boolean;
-  runs: number;
-  tokens: number; // generated tokens per run: 1 from prefill + (tokens − 1) decode steps
-  model: string;
-  docs: boolean;
+interface Args extends CommonArgs {
   render?: string; // re-render a saved JSON report (summary recomputed), run nothing
 }
 
 function parseArgs(argv: string[]): Args {
-  const a: Args = { quick: false, runs: 3, tokens: 9, model: join(ROOT, "models/slice"), docs: true };
-  let runsSet = false;
-  let tokensSet = false;
-  for (let i = 0; i < argv.length; i++) {
-    const x = argv[i]!;
-    const num = () => {
-      const n = Number(argv[++i]);
-      if (!Number.isInteger(n) || n < 1) throw new Error(`${x} needs a positive integer`);
-      return n;
-    };
-    if (x === "--quick") a.quick = true;
-    else if (x === "--runs") (a.runs = num()), (runsSet = true);
-    else if (x === "--tokens") (a.tokens = Math.max(2, num())), (tokensSet = true);
-    else if (x === "--model") a.model = resolve(argv[++i] ?? "");
-    else if (x === "--no-docs") a.docs = false;
-    else if (x === "--render") a.render = resolve(argv[++i] ?? "");
-    else throw new Error(`unknown argument ${x} (bench/run.ts [--quick] [--runs N] [--tokens N] [--model DIR] [--no-docs] [--render OUT.json])`);
-  }
-  if (a.quick) {
-    if (!runsSet) a.runs = 1;
-    if (!tokensSet) a.tokens = 5;
-  }
-  return a;
+  let render: string | undefined;
+  const common = parseCommonArgs(argv, { tokens: 9, minTokens: 2, quickTokens: 5 }, "bench/run.ts [--quick] [--runs N] [--tokens N] [--model DIR] [--no-docs] [--render OUT.json]", (flag, value) => {
+    if (flag !== "--render") return false;
+    render = resolve(value());
+    return true;
+  });
+  return { ...common, render };
 }
 
 const say = (s: string) => process.stderr.write(`[bench] ${s}\n`);
@@ -83,19 +62,8 @@ async function runDisk(dir: string, quick: boolean): Promise<DiskResult | { erro
   }
 }
 
-/** One arm run in a child process; a crash (OOM kill, signal, timeout) is a result, not a throw. */
 async function runChild(spec: ArmSpec, run: number, scratch: string): Promise<RunResult> {
-  const specPath = join(scratch, `spec-${run}-${spec.name.replace(/\W+/g, "_")}.json`);
-  const outPath = specPath.replace("spec-", "out-");
-  writeFileSync(specPath, JSON.stringify(spec));
-  // Other work on the machine skews timings: record the load average each run started under.
-  const loadavg = readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).map(Number);
-  const t0 = performance.now();
-  const p = Bun.spawn([BUN, join(ROOT, "bench/stream.ts"), specPath, outPath], { stdout: "inherit", stderr: "inherit", cwd: ROOT, env: { ...process.env }, timeout: 15 * 60_000 });
-  const code = await p.exited;
-  const wallMs = performance.now() - t0;
-  if (existsSync(outPath)) return { ...(JSON.parse(readFileSync(outPath, "utf8")) as ArmResult), run, wallMs, loadavg };
-  return { spec, ok: false, error: `child exited ${code}${p.signalCode ? ` (${p.signalCode})` : ""} without a result`, run, wallMs, loadavg };
+  return { ...(await runArmChild(spec, scratch, `${run}-${spec.name.replace(/\W+/g, "_")}`, 15 * 60_000)), run };
 }
 
 function armSpecs(args: Args, threads: number): { spec: ArmSpec; runs: number; timed: boolean }[] {
@@ -121,18 +89,7 @@ function armSpecs(args: Args, threads: number): { spec: ArmSpec; runs: number; t
 
 /** Replace the generated section of docs/BENCH.md (between the markers) with `md`. */
 function updateDocs(md: string): void {
-  const doc = join(ROOT, "docs/BENCH.md");
-  const begin = "<!-- stream-bench:begin -->";
-  const end = "<!-- stream-bench:end -->";
-  const text = existsSync(doc) ? readFileSync(doc, "utf8") : `# Benchmarks\n\n${begin}\n${end}\n`;
-  const i = text.indexOf(begin);
-  const j = text.indexOf(end);
-  if (i < 0 || j < i) {
-    say(`docs/BENCH.md has no ${begin} … ${end} markers: not updated`);
-    return;
-  }
-  writeFileSync(doc, text.slice(0, i + begin.length) + `\n${md}\n` + text.slice(j));
-  say("updated docs/BENCH.md");
+  updateDocSection("docs/BENCH.md", "stream-bench", md, say);
 }
 
 function render(path: string, docs: boolean): never {
@@ -146,6 +103,11 @@ function render(path: string, docs: boolean): never {
 }
 
 async function main() {
+  // `npm run bench -- --speculation`: the speculation arms (bench/speculate.ts), not these.
+  if (process.argv.includes("--speculation")) {
+    const p = Bun.spawn([BUN, join(ROOT, "bench/speculate.ts"), ...process.argv.slice(2)], { stdout: "inherit", stderr: "inherit", cwd: ROOT });
+    process.exit(await p.exited);
+  }
   const args = parseArgs(process.argv.slice(2));
   if (args.render) render(args.render, args.docs);
   const started = new Date();
@@ -157,14 +119,8 @@ async function main() {
 
   const scratch = join(tmpdir(), `k3-bench-${process.pid}`);
   mkdirSync(scratch, { recursive: true });
-  // Every arm uses one frozen copy of the kernel library: others may rebuild zig-out/ while the
-  // bench runs, and arms compared bit for bit must run the same code.
-  const libSrc = process.env.K3_KERNELS ?? join(ROOT, "zig-out/lib/libkernels.so");
-  const lib = join(scratch, "libkernels.so");
-  copyFileSync(libSrc, lib);
-  process.env.K3_KERNELS = lib;
-  const kernelsSha = createHash("sha256").update(readFileSync(lib)).digest("hex");
-  say(`kernels: ${libSrc} (sha256 ${kernelsSha.slice(0, 16)}…), frozen for this run`);
+  const kernels = freezeKernels(scratch);
+  say(`kernels: ${kernels.source} (sha256 ${kernels.sha256.slice(0, 16)}…), frozen for this run`);
   // The disk is measured before every round of runs and once after the last: on a shared or
   // virtual disk the rate drifts by tens of percent within minutes, so the floor uses the mean.
   const disk: (DiskResult | { error: string; when?: string })[] = [];
@@ -198,19 +154,14 @@ async function main() {
     finished: new Date().toISOString(),
     args,
     machine,
-    kernels: { source: libSrc, sha256: kernelsSha },
+    kernels,
     disk,
     arms: arms.map((a) => ({ name: a.spec.name, runs: a.runs, timed: a.timed })),
     results,
     summary: summarize(disk, results, arms),
   };
-  mkdirSync(join(ROOT, "bench/out"), { recursive: true });
-  const jsonPath = join(ROOT, `bench/out/stream-${stamp}.json`);
-  writeFileSync(jsonPath, JSON.stringify(report, null, 2) + "\n");
   const md = renderMarkdown(report);
-  writeFileSync(jsonPath.replace(/\.json$/, ".md"), md);
-  process.stdout.write(md);
-  say(`wrote ${jsonPath} (+ .md)`);
+  writeReport("stream", stamp, report, md, say);
   if (args.docs && !args.quick) updateDocs(md);
   const s = report.summary;
   for (const line of s.problems) say(`PROBLEM: ${line}`);

@@ -13,6 +13,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { createHash } from "node:crypto";
 import { Engine, type EngineOptions, type WeightStats } from "../src/engine.ts";
 import { loadKernels } from "../src/kernels.ts";
+import { makeDrafter, type DrafterChoice } from "./drafters.ts";
 
 export interface ArmSpec {
   name: string; // e.g. "stream 6G"
@@ -24,6 +25,10 @@ export interface ArmSpec {
   threads: number;
   prompt: number[];
   maxTokens: number; // generated tokens: 1 from prefill + (maxTokens − 1) decode steps
+  /** Speculation arms (bench/speculate.ts): the engine's setting and who drafts. Without it the
+   *  engine runs with speculation off, as before. */
+  speculate?: "auto" | "off" | number;
+  drafter?: DrafterChoice;
 }
 
 export interface PerToken {
@@ -70,6 +75,8 @@ export interface ArmResult {
   decodeCpu?: { userS: number; sysS: number };
   vmHwmBytes?: number; // /proc/self/status VmHWM at the end
   maxRssBytes?: number; // getrusage maxrss at the end
+  /** Speculation counters of the generation (speculation arms). */
+  speculation?: { draftedTokens: number; acceptedTokens: number; verifyPasses: number; decodePasses: number };
 }
 
 function vmHwm(): number {
@@ -96,7 +103,7 @@ export function runArm(spec: ArmSpec): ArmResult {
   const out: ArmResult = { spec, ok: false };
   let engine: Engine | undefined;
   try {
-    const opts: EngineOptions = { threads: spec.threads, prefetch: spec.prefetch, lookahead: spec.lookahead };
+    const opts: EngineOptions = { threads: spec.threads, prefetch: spec.prefetch, lookahead: spec.lookahead, speculate: spec.speculate ?? "off" };
     if (spec.resident) opts.resident = true;
     else opts.ram = spec.ram;
     const t0 = performance.now();
@@ -133,7 +140,11 @@ export function runArm(spec: ArmSpec): ArmResult {
     const stepMs: number[] = [];
     let afterPrefill: WeightStats | undefined;
     let cpu0: NodeJS.ResourceUsage | undefined;
-    const it = engine.generate(session, spec.prompt, { maxTokens: spec.maxTokens, sampler });
+    // Speculation arms decode with the engine's own greedy rule (the capturing sampler has no
+    // distribution, so it would turn speculation off); their ids are compared, not last logits.
+    const it = spec.speculate
+      ? engine.generate(session, spec.prompt, { maxTokens: spec.maxTokens, drafter: makeDrafter(spec.drafter, engine.config.vocab) })
+      : engine.generate(session, spec.prompt, { maxTokens: spec.maxTokens, sampler });
     let r = it.next();
     for (; !r.done; r = it.next()) {
       if (r.value.index === 0) (afterPrefill = engine.stats()), (cpu0 = process.resourceUsage());
@@ -145,6 +156,7 @@ export function runArm(spec: ArmSpec): ArmResult {
     if (cpu0) out.decodeCpu = { userS: (cpu1.userCPUTime - cpu0.userCPUTime) / 1e6, sysS: (cpu1.systemCPUTime - cpu0.systemCPUTime) / 1e6 };
     const stats = r.value;
     const steps = ids.length - 1;
+    out.speculation = { ...stats.speculation, decodePasses: stats.decodeSteps };
     out.ids = ids;
     out.prefillMs = stats.prefillMs;
     out.decodeSteps = steps;

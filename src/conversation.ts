@@ -30,6 +30,7 @@ import {
   type ParsedToolCall,
   type Sampler,
   type Session,
+  type SpeculateSetting,
   type Tokenizer,
 } from "./engine.ts";
 import { K3Error } from "./errors.ts";
@@ -47,6 +48,8 @@ export interface GenOptions {
   /** Polled before each token; true ends generation with finishReason "cancelled". */
   shouldStop?: () => boolean;
   onPrefill?: (done: number, total: number) => void;
+  /** Speculative decoding for this generation (default: the engine's setting). */
+  speculate?: SpeculateSetting;
 }
 
 export interface ChatOptions extends GenOptions {
@@ -363,6 +366,7 @@ function startGeneration(engine: Engine, session: Session, ids: number[], opts: 
     onPrefill: opts.onPrefill,
     shouldStop: () => stopStringHit || done() || (opts.shouldStop?.() ?? false),
     yieldDuringPrefill: true,
+    speculate: opts.speculate,
   });
 
   function* events(): Generator<TextEvent> {

@@ -9,6 +9,12 @@ import type { ModelConfig } from "./checkpoint/types.ts";
 import { K3Error } from "./errors.ts";
 import { ISA, kernelLimits, loadKernels, type Kernels } from "./kernels.ts";
 import { checkKernelLimits, Model } from "./model/forward.ts";
+import { autoDrafts } from "./model/buffers.ts";
+import { verifyDrafts, type TargetRule } from "./speculate/accept.ts";
+import { SpeculationCost, type PassCostPrior } from "./speculate/cost.ts";
+import type { Drafter } from "./speculate/drafter.ts";
+import { NgramDrafter } from "./speculate/ngram.ts";
+import { parseSpeculate, Speculator, type SpeculateSetting, type SpeculationCounters } from "./speculate/speculator.ts";
 import { ResidentWeights } from "./model/resident.ts";
 import { DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, planInputFromCensus, planMemory, type MemoryPlan } from "./memory/plan.ts";
 import type { PolicyName } from "./memory/policy/index.ts";
@@ -30,6 +36,8 @@ export { Tokenizer } from "./text/tokenizer.ts";
 export { CLOSE_THINK_OPEN_RESPONSE, renderChat, segmentsToIds, SERVED_DEFAULT_THINKING_EFFORT, VALID_THINKING_EFFORTS, type ChatInput, type ChatMessage, type Segment } from "./text/chat.ts";
 export { AssistantStreamParser, parseAssistantOutput, type AssistantOutput, type ParsedToolCall } from "./text/chat-parse.ts";
 export { createSampler, type SamplerOptions } from "./text/sampling.ts";
+export { parseSpeculate, type SpeculateSetting, type SpeculationCounters } from "./speculate/speculator.ts";
+export type { Draft, Drafter, DraftRequest } from "./speculate/drafter.ts";
 export { StopMatcher } from "./text/stop.ts";
 export { deeperThan, MAX_JSON_DEPTH } from "./text/json-depth.ts";
 // Which folder a path names (a Hugging Face download resolves to its snapshot), e.g. for the tokenizer.
@@ -74,6 +82,13 @@ export interface EngineOptions {
   chunk?: number;
   /** ISA override: "auto" or one of ISA_NAMES. */
   isa?: keyof typeof ISA;
+  /**
+   * Speculative decoding (docs/SPECULATION.md): "auto" (default: the cost model decides each
+   * step, up to 8 drafts per pass or chunk − 1), "off", or N (verify up to N drafts whenever the
+   * drafter has them). Sizes the verify pass's buffers; requests may ask for less, never more.
+   * Output is identical either way (greedy: the same ids; sampling: the same distribution).
+   */
+  speculate?: SpeculateSetting;
 }
 
 export interface TokenEvent {
@@ -89,6 +104,8 @@ export interface TokenEvent {
 
 export interface Sampler {
   sample(logits: Float32Array): number;
+  /** What `sample` draws from (createSampler provides it): needed to speculate while sampling. */
+  readonly distribution?: { weights(logits: Float32Array): Float64Array; uniform(): number };
 }
 
 export interface GenerateOptions {
@@ -103,6 +120,12 @@ export interface GenerateOptions {
   /** Also yield an event (id −1, `prefill` set) between prefill chunks, so an async caller can
    *  run its event loop during a long prefill (Ctrl-C, disconnects). */
   yieldDuringPrefill?: boolean;
+  /** This request's speculation (default: the engine's). "auto" on an engine opened with "off"
+   *  is off; N more than the engine's drafts per pass is refused. A sampler without a
+   *  `distribution` cannot speculate exactly: speculation is then off. */
+  speculate?: SpeculateSetting;
+  /** Who drafts (default: the prompt-lookup n-gram drafter, src/speculate/ngram.ts). */
+  drafter?: Drafter;
 }
 
 export interface GenerationStats {
@@ -113,9 +136,13 @@ export interface GenerationStats {
   msPerToken: number;
   stopReason: "length" | "stop" | "cancelled" | "context";
   io: WeightStats; // counters accumulated during this generation (prefill + decode)
-  decodeSteps: number; // forward passes of one token after the prefill
-  /** Decode only: counters of the decode steps divided by their number (0 without decode steps). */
+  /** Forward passes after the prefill: one position each, or a verify pass over 1 + drafts. */
+  decodeSteps: number;
+  /** Decode only: counters of the decode passes divided by the tokens they decided (= decodeSteps
+   *  without speculation; more with it: a verify pass decides 1 + accepted drafts). 0 without decode. */
   ioPerToken: { bytesRead: number; trunkBytes: number; expertBytes: number; reads: number; hits: number; requests: number };
+  /** Drafted / accepted tokens and verify passes (all 0 with speculation off). */
+  speculation: SpeculationCounters;
   peakRssBytes: number;
 }
 
@@ -195,6 +222,8 @@ export class Session {
   get closed(): boolean {
     return this.state.freed;
   }
+  /** The session's speculation cost model (pass bytes, acceptance): it persists across turns. */
+  speculationCost?: SpeculationCost;
   /** C memory this session's state holds (KDA state, conv history, MLA cache). */
   get allocatedBytes(): number {
     return this.state.bytes;
@@ -212,6 +241,8 @@ export class Engine {
     private pool: ComputeThreads,
     /** The memory plan the weights follow (undefined with `resident`). */
     readonly plan: MemoryPlan | undefined,
+    /** Speculation the engine was opened with (requests default to it). */
+    readonly speculate: SpeculateSetting,
   ) {}
 
   /** Compute threads this engine asked the (process-wide) pool for. */
@@ -253,6 +284,10 @@ export class Engine {
     checkKernelLimits(k, cfg);
     const context = opts.context ?? DEFAULT_CONTEXT;
     const chunk = opts.chunk ?? DEFAULT_PREFILL_CHUNK;
+    const speculate = parseSpeculate(opts.speculate ?? "auto", "speculate");
+    const drafts = speculate === "off" ? 0 : speculate === "auto" ? autoDrafts(chunk) : speculate;
+    if (typeof speculate === "number" && 1 + speculate > chunk)
+      throw new K3Error("USAGE", `--speculate ${speculate} needs a verify pass of ${1 + speculate} positions, more than the ${chunk}-token chunk`, [`use --chunk ${1 + speculate} or more, or fewer drafts per pass`]);
     let weights: WeightProvider;
     let plan: MemoryPlan | undefined;
     if (opts.resident) {
@@ -260,7 +295,7 @@ export class Engine {
     } else {
       const budget = resolveBudget(opts.preset, opts.ram);
       if (!budget.source.startsWith("auto") && !opts.allowOverRam) refuseOverRam(budget);
-      const input = planInputFromCensus(cfg, checkpoint.layout.census, budget.bytes, context, threads.threads, chunk, streamSlots(checkpoint));
+      const input = planInputFromCensus(cfg, checkpoint.layout.census, budget.bytes, context, threads.threads, chunk, streamSlots(checkpoint), drafts);
       plan = planMemory(input);
       weights = new StreamingWeights(k, checkpoint, {
         pinnedUnits: [...plan.pinnedLayers, ...(plan.head === "resident" ? [cfg.numLayers] : [])],
@@ -276,14 +311,14 @@ export class Engine {
     }
     let model: Model;
     try {
-      model = new Model(k, cfg, weights, chunk, context);
+      model = new Model(k, cfg, weights, chunk, context, drafts);
       model.lookahead = opts.lookahead ?? true;
     } catch (err) {
       weights.close();
       throw err;
     }
     // The folder actually read (a Hugging Face repo folder resolves to its snapshot).
-    const engine = new Engine(checkpoint.dir, checkpoint, k, weights, model, context, threads, plan);
+    const engine = new Engine(checkpoint.dir, checkpoint, k, weights, model, context, threads, plan, speculate);
     if (opts.trace) {
       let trace: TraceWriter;
       try {
@@ -393,6 +428,8 @@ export class Engine {
     if (promptTokens === 0) throw new K3Error("USAGE", "nothing to generate from: the prompt is empty");
     if (session.position + promptTokens > this.context)
       throw new K3Error("CONTEXT", `prompt of ${promptTokens} tokens does not fit the context limit (${this.context} tokens, ${session.position} used)`);
+    // Before any model work: a request asking for more drafts than the engine has room for is refused.
+    const spec = this.speculator(session, opts);
     const steps = this.prefillSteps(session, prompt, opts.onPrefill);
     let step = steps.next();
     while (!step.done) {
@@ -402,42 +439,128 @@ export class Engine {
       step = steps.next();
     }
     const prefillMs = performance.now() - t0;
-    const run = { promptTokens, prefillMs, before, afterPrefill: this.weights.stats(), generated: 0, decodeSteps: 0, decodeMs: 0 };
+    const run = { promptTokens, prefillMs, before, afterPrefill: this.weights.stats(), generated: 0, decodeSteps: 0, extraTokens: 0, decodeMs: 0, spec };
     // Stopped inside the prefill: the tokens fed so far stay in the session, the rest never entered
     // it (no token was produced, so no time per token either).
     if (!step.done) return { ...this.generationStats(run, "cancelled"), msPerToken: 0 };
     let logits = step.value;
     let stopReason: GenerationStats["stopReason"] = "length";
     let stepMs = prefillMs;
-    while (run.generated < opts.maxTokens) {
-      if (opts.shouldStop?.()) {
-        stopReason = "cancelled";
-        break;
-      }
-      const id = this.pick(logits, opts.sampler, run.generated, session.position);
-      if (stop.has(id)) {
-        // The stop token is part of the sequence (a chat turn ends with it) but not emitted.
+    // Tokens the last verify pass decided, in order; `next` is the next one to emit. decided[0]
+    // follows the pass's first position, which the session already holds; decided[i ≥ 1] follows
+    // the kept draft decided[i − 1], which the session takes (model.keep) just before.
+    let decided: number[] = [];
+    let next = 0;
+    /** A verify pass whose trace rows wait for the number of positions kept. */
+    let traced: number | undefined;
+    const flushTrace = () => {
+      if (traced !== undefined) this.trace?.flush(traced, session.state.pos - traced);
+      traced = undefined;
+    };
+    try {
+      while (run.generated < opts.maxTokens) {
+        if (opts.shouldStop?.()) {
+          stopReason = "cancelled";
+          break;
+        }
+        let id: number;
+        if (next < decided.length) {
+          if (next > 0) {
+            // The pending token is an accepted draft: the session takes it (no weights read).
+            const s = performance.now();
+            this.model.keep(session.state);
+            session.pending = [];
+            stepMs = performance.now() - s;
+            run.decodeMs += stepMs;
+            run.extraTokens++;
+          }
+          id = decided[next++]!;
+        } else id = this.pick(logits, opts.sampler, run.generated, session.position);
+        if (stop.has(id)) {
+          // The stop token is part of the sequence (a chat turn ends with it) but not emitted.
+          session.pending.push(id);
+          stopReason = "stop";
+          break;
+        }
+        // Pending before the yield: a caller that stops iterating here leaves the session
+        // consistent (the emitted token is fed first on the next call).
         session.pending.push(id);
-        stopReason = "stop";
-        break;
+        yield { id, index: run.generated, ms: stepMs };
+        run.generated++;
+        if (run.generated >= opts.maxTokens) break;
+        if (session.position + session.pending.length > this.context) {
+          stopReason = "context";
+          break;
+        }
+        if (next < decided.length) continue;
+        // The next decode pass: the pending token alone, or with drafts (a verify pass).
+        flushTrace();
+        const s = performance.now();
+        const draft = spec ? spec.propose(session.tokens, Math.min(this.context - session.position - 1, opts.maxTokens - run.generated - 1)) : { tokens: [] };
+        const bytesBefore = this.weights.stats();
+        let accepted = 0;
+        if (draft.tokens.length === 0) {
+          logits = this.forward(session, session.pending.splice(0))!;
+          decided = [];
+        } else {
+          const pos0 = session.position;
+          const ids = [...session.pending.splice(0), ...draft.tokens];
+          const rows = this.model.verify(session.state, ids);
+          traced = pos0;
+          const row = (i: number) => {
+            this.pick(rows[i]!, undefined, run.generated + i, pos0 + i); // every row used is checked finite
+            return rows[i]!;
+          };
+          const verdict = verifyDrafts(row, draft, this.targetRule(opts.sampler));
+          decided = verdict.tokens;
+          accepted = verdict.accepted;
+        }
+        next = 0;
+        spec?.observe(1 + draft.tokens.length, ...bytesSince(this.weights.stats(), bytesBefore), draft.tokens.length, accepted);
+        run.decodeSteps++;
+        stepMs = performance.now() - s;
+        run.decodeMs += stepMs;
       }
-      // Pending before the yield: a caller that stops iterating here leaves the session
-      // consistent (the emitted token is fed first on the next call).
-      session.pending.push(id);
-      yield { id, index: run.generated, ms: stepMs };
-      run.generated++;
-      if (run.generated >= opts.maxTokens) break;
-      if (session.position + session.pending.length > this.context) {
-        stopReason = "context";
-        break;
-      }
-      const s = performance.now();
-      logits = this.forward(session, session.pending.splice(0))!;
-      run.decodeSteps++;
-      stepMs = performance.now() - s;
-      run.decodeMs += stepMs;
+    } finally {
+      flushTrace();
     }
     return this.generationStats(run, stopReason);
+  }
+
+  /**
+   * This request's speculator, or undefined when it does not speculate: off (engine or request),
+   * or a sampler that does not expose its distribution (exact speculative sampling needs it).
+   */
+  private speculator(session: Session, opts: GenerateOptions): Speculator | undefined {
+    const setting = parseSpeculate(opts.speculate ?? this.speculate, "speculate");
+    const room = this.model.drafts;
+    if (typeof setting === "number" && setting > room)
+      throw new K3Error("USAGE", `speculate ${setting}: this engine has room for ${room} drafts per pass (opened with --speculate ${this.speculate})`);
+    if (setting === "off" || room === 0 || (opts.sampler && !opts.sampler.distribution)) return undefined;
+    session.speculationCost ??= new SpeculationCost(this.passCostPrior());
+    return new Speculator(setting, room, opts.drafter ?? new NgramDrafter(), session.speculationCost);
+  }
+
+  /** What a one-position decode pass is expected to read and multiply, before any is measured. */
+  private passCostPrior(): PassCostPrior {
+    const cfg = this.config;
+    const census = this.checkpoint.layout.census;
+    const moeLayers = cfg.numLayers - cfg.firstKDense;
+    const plan = this.plan;
+    const missShare = plan ? Math.max(0, 1 - plan.expertSlots / plan.expertCount) : 0;
+    return {
+      trunkBytes: plan ? plan.streamedBytesPerToken : 0,
+      expertBytes: plan ? plan.expertBytesPerTokenAllMiss * missShare : 0,
+      activeBytes: census.trunkBytes + census.headBytes + moeLayers * cfg.topK * census.expertBytes,
+      numExperts: cfg.numExperts,
+      topK: cfg.topK,
+    };
+  }
+
+  /** How a verify pass decides: greedy is the engine's own argmax (as in plain decoding). */
+  private targetRule(sampler: Sampler | undefined): TargetRule {
+    if (sampler?.distribution) return { kind: "sample", distribution: sampler.distribution };
+    return { kind: "greedy", argmax: (l) => this.k.k3_argmax(l, l.length) };
   }
 
   /** The next token from `logits`: checked finite first (never an answer picked around a NaN),
@@ -450,18 +573,20 @@ export class Engine {
 
   /** A generation's figures: counters over the whole run, and per decode step after the prefill. */
   private generationStats(
-    run: { promptTokens: number; prefillMs: number; before: WeightStats; afterPrefill: WeightStats; generated: number; decodeSteps: number; decodeMs: number },
+    run: { promptTokens: number; prefillMs: number; before: WeightStats; afterPrefill: WeightStats; generated: number; decodeSteps: number; extraTokens: number; decodeMs: number; spec?: Speculator },
     stopReason: GenerationStats["stopReason"],
   ): GenerationStats {
     const after = this.weights.stats();
     const dec = diffStats(after, run.afterPrefill);
-    const per = (x: number) => (run.decodeSteps > 0 ? x / run.decodeSteps : 0);
+    // Per token decided by a decode pass: one per pass, plus the accepted drafts that were used.
+    const decided = run.decodeSteps + run.extraTokens;
+    const per = (x: number) => (decided > 0 ? x / decided : 0);
     return {
       promptTokens: run.promptTokens,
       generatedTokens: run.generated,
       prefillMs: run.prefillMs,
       decodeMs: run.decodeMs,
-      msPerToken: run.decodeSteps > 0 ? run.decodeMs / run.decodeSteps : run.prefillMs,
+      msPerToken: decided > 0 ? run.decodeMs / decided : run.prefillMs,
       stopReason,
       io: diffStats(after, run.before),
       decodeSteps: run.decodeSteps,
@@ -473,6 +598,7 @@ export class Engine {
         hits: per(dec.expertHits),
         requests: per(dec.expertRequests),
       },
+      speculation: run.spec ? { ...run.spec.counters } : { draftedTokens: 0, acceptedTokens: 0, verifyPasses: 0 },
       peakRssBytes: peakRssBytes(),
     };
   }
@@ -495,6 +621,11 @@ export class Engine {
     this.model.free();
     this.weights.close();
   }
+}
+
+/** Trunk and expert bytes read between two snapshots. */
+function bytesSince(a: WeightStats, b: WeightStats): [number, number] {
+  return [a.trunkBytesRead - b.trunkBytesRead, a.expertBytesRead - b.expertBytesRead];
 }
 
 function diffStats(a: WeightStats, b: WeightStats): WeightStats {

@@ -42,6 +42,10 @@ export function statsJson(s: GenerationStats) {
     trunk_bytes_per_token: Math.round(s.ioPerToken.trunkBytes),
     expert_bytes_per_token: Math.round(s.ioPerToken.expertBytes),
     reads_per_token: round2(s.ioPerToken.reads),
+    // Speculative decoding (docs/SPECULATION.md): per-token figures above are per generated token.
+    drafted_tokens: s.speculation.draftedTokens,
+    accepted_tokens: s.speculation.acceptedTokens,
+    verify_passes: s.speculation.verifyPasses,
     peak_rss_bytes: s.peakRssBytes,
   };
 }
@@ -54,7 +58,8 @@ export function timingsJson(s: GenerationStats) {
     total_ms: round2(s.prefillMs + s.decodeMs),
     ms_per_token: round2(s.msPerToken),
     prefill_tokens_per_s: s.prefillMs > 0 ? round2((s.promptTokens * 1000) / s.prefillMs) : null,
-    decode_tokens_per_s: s.decodeMs > 0 && s.decodeSteps > 0 ? round2((s.decodeSteps * 1000) / s.decodeMs) : null,
+    // msPerToken is per token the decode passes decided (a verify pass decides several).
+    decode_tokens_per_s: s.decodeMs > 0 && s.decodeSteps > 0 ? round2(1000 / s.msPerToken) : null,
   };
 }
 
@@ -91,6 +96,7 @@ export function statsLine(s: GenerationStats, threads: number, finishReason: str
     `${(s.msPerToken / 1000).toFixed(3)} s/token`,
     `read ${formatBytes(s.ioPerToken.bytesRead)}/token`,
     `hits ${s.io.expertHits}/${s.io.expertRequests}`,
+    s.speculation.verifyPasses > 0 ? `drafts kept ${s.speculation.acceptedTokens}/${s.speculation.draftedTokens} in ${s.speculation.verifyPasses} passes` : "",
     `direct I/O ${s.io.directIo ? `on (${s.io.ioMode})` : "off"}`,
     s.io.verifyMs > 0 ? `verify ${(s.io.verifyMs / 1000).toFixed(2)} s` : "",
     `peak RSS ${formatBytes(s.peakRssBytes)}`,

@@ -11,6 +11,7 @@ import { Engine } from "../src/engine.ts";
 import { loadKernels } from "../src/kernels.ts";
 import { planInputFromCensus, planMemory, type MemoryPlan } from "../src/memory/plan.ts";
 import { Model } from "../src/model/forward.ts";
+import { autoDrafts } from "../src/model/buffers.ts";
 import { SessionState } from "../src/model/state.ts";
 import type { WeightProvider } from "../src/model/weights.ts";
 import { buildConfigJson } from "../tools/gen/config-json.ts";
@@ -47,7 +48,8 @@ describe("the planner covers the forward pass's scratch", () => {
       const under: string[] = [];
       for (const chunk of CHUNKS)
         for (const context of [1, 300, 4096]) {
-          const model = new Model(k, cfg, NO_WEIGHTS, chunk, context);
+          // As the engine opens it by default (--speculate auto): room for a verify pass.
+          const model = new Model(k, cfg, NO_WEIGHTS, chunk, context, autoDrafts(chunk));
           const allocated = model.allocatedBytes;
           model.free();
           const planned = item(planFor(cfg, chunk, context), "scratch");

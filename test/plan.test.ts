@@ -19,15 +19,32 @@ let release: MetadataCatalogue;
 beforeAll(() => {
   release = catalogueFromMetadata(CONFIG, INDEX);
 });
+// Without the speculative verify pass's buffers (drafts 0): the layout assertions below are about
+// pinning; "speculation buffers are in the default plan" checks what the default adds.
 const releaseInput = (budgetBytes: number, contextTokens = 4096): PlanInput => ({
   cfg: release.config,
   ...release.census,
   budgetBytes,
   contextTokens,
   threads: 16,
+  drafts: 0,
 });
 
 describe("plan of the released model", () => {
+  test("speculation buffers are in the default plan: 69 KDA layers × 8 drafts × (6P + H) floats of recurrence inputs, and one layer's state", () => {
+    const cfg = release.config;
+    const P = cfg.kdaHeads * cfg.kdaHeadDim;
+    const scratch = (drafts?: number) => planMemory({ ...releaseInput(PRESETS.laptop!), drafts }).items.find((i) => i.name === "scratch")!.bytes;
+    const extra = scratch(undefined) - scratch(0);
+    const inputs = 69 * 8 * (6 * P + cfg.kdaHeads) * 4;
+    const kdaScratch = (cfg.kdaHeads * cfg.kdaHeadDim * cfg.kdaHeadDim + 9 * P) * 4;
+    const logits = 8 * (cfg.vocab + 2 * cfg.hidden) * 4; // 8 more logit rows (+ final mix and norm rows)
+    expect(extra).toBeGreaterThanOrEqual(inputs + kdaScratch + logits - 3 * 64); // drafts 0: three empty 64-byte buffers
+    expect(extra).toBeLessThan(inputs + kdaScratch + logits + 64 * 8); // allocation rounding only
+    const p = planMemory({ ...releaseInput(PRESETS.laptop!), drafts: undefined });
+    expect(p.totalBytes).toBeLessThanOrEqual(8 * GiB);
+  });
+
   test("laptop (8 GiB) fits: trunk streamed through 2 ring slots, lm_head resident, ≥ top-k expert slots", () => {
     const p = planMemory(releaseInput(PRESETS.laptop!));
     expect(p.totalBytes).toBeLessThanOrEqual(8 * GiB);

@@ -135,20 +135,40 @@ describe("cost model", () => {
     expect(a.rate).toBeCloseTo(0.5, 9);
   });
 
-  test("after bad drafts speculation pauses, then probes again", () => {
-    const c = new SpeculationCost(streaming);
-    for (let i = 0; i < 10; i++) {
-      c.acceptance.record(4, 0);
+  /** Decode `steps` steps where the drafter always proposes 8 and drafts are always right or wrong. */
+  function simulate(prior: PassCostPrior, right: boolean, steps: number) {
+    const c = new SpeculationCost(prior);
+    const ks: number[] = [];
+    let extra = 0; // cost of the verify positions beyond the first, in one-position passes
+    for (let i = 0; i < steps; i++) {
+      const k = c.draftLength(8);
+      ks.push(k);
+      if (k > 0) {
+        c.acceptance.record(k, right ? k : 0);
+        extra += c.cost(1 + k) / c.cost(1) - 1;
+      }
       c.acceptance.step();
     }
-    expect(c.draftLength(4)).toBe(0);
-    let steps = 0;
-    while (c.draftLength(4) === 0 && steps < 1000) {
-      c.acceptance.step();
-      steps++;
+    return { ks, extra };
+  }
+
+  test("always-wrong drafts: speculation pauses, keeps probing, and the probes cost under 2 %", () => {
+    for (const prior of [streaming, resident]) {
+      const { ks, extra } = simulate(prior, false, 1000);
+      expect(ks[0]).toBeGreaterThan(0); // the optimistic prior tries at once
+      expect(ks[1]!).toBeLessThan(ks[0]!); // then backs off
+      expect(ks.slice(5, 20).every((k) => k <= 1)).toBe(true); // to single probes at most
+      expect(ks.slice(500).some((k) => k > 0)).toBe(true); // still probing late
+      expect(extra / 1000).toBeLessThan(0.02);
     }
-    expect(steps).toBeGreaterThan(5);
-    expect(steps).toBeLessThan(100);
-    expect(c.draftLength(4)).toBeGreaterThan(0);
+  });
+
+  test("always-right drafts: 8 per pass within a few passes, disk-bound or compute-bound", () => {
+    for (const prior of [streaming, resident]) {
+      const { ks } = simulate(prior, true, 20);
+      expect(ks.indexOf(8)).toBeGreaterThanOrEqual(0);
+      expect(ks.indexOf(8)).toBeLessThan(8);
+      expect(ks.slice(ks.indexOf(8)).every((k) => k === 8)).toBe(true);
+    }
   });
 });

@@ -4,7 +4,7 @@
 // error (exit 2) in milliseconds, never a failure after minutes of loading.
 import type { ArgsDef } from "citty";
 import { availableParallelism } from "node:os";
-import { ISA_NAMES, POLICY_NAMES, type EngineOptions } from "../engine.ts";
+import { ISA_NAMES, parseSpeculate, POLICY_NAMES, type EngineOptions } from "../engine.ts";
 import { PRESETS } from "../inspect.ts";
 import { K3Error } from "../errors.ts";
 import { log } from "../log.ts";
@@ -42,6 +42,7 @@ export const engineArgs = {
   verify: { type: "boolean", description: "check every read against the checksums `k3 verify --record` wrote" },
   trace: { type: "string", valueHint: "FILE", description: "write per-token expert routing (JSONL) to FILE" },
   "allow-over-ram": { type: "boolean", description: "open even when --ram / --preset is more than this machine's usable RAM (it may swap)" },
+  speculate: { type: "string", valueHint: "MODE", description: "speculative decoding: auto (default) | off | N drafts per pass (same output; fewer passes over the weights where text repeats)" },
 } satisfies ArgsDef;
 
 /** A positive integer flag; refused: 0, signs, decimals, exponents, hex, and anything above `max`. */
@@ -84,6 +85,7 @@ export interface EngineArgs {
   verify?: boolean;
   trace?: string;
   "allow-over-ram"?: boolean;
+  speculate?: string;
 }
 
 /** Compute threads from --threads (Engine.open refuses more than the pool's limit); more than this
@@ -112,6 +114,7 @@ export function engineOptions(args: EngineArgs): EngineOptions {
     verify: args.verify ?? false,
     trace: args.trace,
     allowOverRam: args["allow-over-ram"] ?? false,
+    speculate: parseSpeculate(args.speculate ?? "auto", "--speculate"),
     onProgress: barProgress(),
   };
 }

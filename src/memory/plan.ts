@@ -24,7 +24,7 @@
 //  - Every disk buffer is sized for an O_DIRECT read widened to 4096-byte alignment.
 import { K3Error } from "../errors.ts";
 import type { ModelConfig } from "../checkpoint/types.ts";
-import { forwardBufferBytes, kdaStateBytes, mlaCacheBytes } from "../model/buffers.ts";
+import { autoDrafts, forwardBufferBytes, kdaStateBytes, mlaCacheBytes } from "../model/buffers.ts";
 import { embedRowBufferBytes } from "./embed-rows.ts";
 import { gib } from "./ram.ts";
 
@@ -58,6 +58,7 @@ export interface PlanInput {
   threads?: number; // compute threads (reported; the scratch does not depend on it)
   prefillChunk?: number; // tokens per forward pass (sizes the scratch)
   slots?: StreamSlots; // default: censusSlots (one aligned read per unit and per expert)
+  drafts?: number; // most drafts per speculative verify pass (sizes its scratch); default autoDrafts(chunk)
 }
 
 /** The planner's input from a byte census (checkpoint or release metadata). */
@@ -69,6 +70,7 @@ export function planInputFromCensus(
   threads?: number,
   prefillChunk?: number,
   slots?: StreamSlots,
+  drafts?: number,
 ): PlanInput {
   return {
     cfg,
@@ -82,6 +84,7 @@ export function planInputFromCensus(
     threads,
     prefillChunk,
     slots,
+    drafts,
   };
 }
 
@@ -149,6 +152,7 @@ function trunkUnits(input: PlanInput): TrunkUnit[] {
 /** Allocations that do not depend on the pin/stream choice (the expert floor is added apart). */
 function fixedItems(input: PlanInput, chunk: number): PlanItem[] {
   const { cfg, contextTokens } = input;
+  const drafts = input.drafts ?? autoDrafts(chunk);
   const kdaLayers = cfg.layerKinds.filter((k) => k === "kda").length;
   const mlaLayers = cfg.layerKinds.filter((k) => k === "mla").length;
   return [
@@ -163,8 +167,8 @@ function fixedItems(input: PlanInput, chunk: number): PlanItem[] {
     },
     {
       name: "scratch",
-      bytes: forwardBufferBytes(cfg, { rows: chunk, logitRows: 1, context: contextTokens }),
-      note: `forward-pass buffers (src/model/buffers.ts) for ${chunk}-token chunks`,
+      bytes: forwardBufferBytes(cfg, { rows: chunk, logitRows: 1 + drafts, context: contextTokens, drafts }),
+      note: `forward-pass buffers (src/model/buffers.ts) for ${chunk}-token chunks${drafts > 0 ? `, verify passes of up to ${drafts} drafts` : ""}`,
     },
   ];
 }

@@ -24,10 +24,11 @@ export class TraceWriter {
     }
   }
 
-  /** The chunk starting at position pos0 is done: write its tokens. */
-  flush(pos0: number): void {
+  /** The chunk starting at position pos0 is done: write its first `keep` tokens (a speculative
+   *  verify pass keeps only its accepted positions; the others never entered the sequence). */
+  flush(pos0: number, keep = this.rows.length): void {
     let text = "";
-    this.rows.forEach((layers, t) => (text += `${JSON.stringify({ tok: pos0 + t, layers })}\n`));
+    this.rows.slice(0, keep).forEach((layers, t) => (text += `${JSON.stringify({ tok: pos0 + t, layers })}\n`));
     if (text) writeSync(this.fd, text);
     this.rows = [];
   }

@@ -7,8 +7,13 @@
 // [rows][n]: row t starts at t·n. The shape is a parameter, not a constant of the model:
 //   rows      tokens in one forward pass (the prefill chunk; 1 for decode). Rows are independent
 //             in every kernel (k3.h), so rows may come from different sessions;
-//   logitRows rows whose final mix, norm and lm_head are computed (1: the last row only);
-//   context   positions the MLA cache holds.
+//   logitRows rows whose final mix, norm and lm_head are computed (1: the last row only; a
+//             speculative verify pass computes every row: 1 + drafts);
+//   context   positions the MLA cache holds;
+//   drafts    the most drafted positions one verify pass checks (0: speculation off, nothing
+//             allocated for it). A verify pass keeps the recurrence inputs of its drafted positions
+//             per KDA layer and runs their recurrence on one scratch copy of a layer's state, so
+//             rejected drafts are rolled back by not re-applying them (src/model/forward.ts).
 import type { ModelConfig } from "../checkpoint/types.ts";
 import { loadKernels } from "../kernels.ts";
 import { allocationBytes, type CBuf, type CBuffers } from "./cmem.ts";
@@ -17,7 +22,14 @@ export interface ForwardShape {
   rows: number;
   logitRows: number;
   context: number;
+  drafts?: number;
 }
+
+/** Drafts per verify pass the planner and the engine assume unless told (`--speculate auto`). */
+export const DEFAULT_MAX_DRAFTS = 8;
+
+/** Drafts per pass `--speculate auto` has room for: a verify pass (1 + drafts rows) fits a chunk. */
+export const autoDrafts = (chunk: number): number => Math.max(0, Math.min(DEFAULT_MAX_DRAFTS, chunk - 1));
 
 type Elements = (c: ModelConfig, s: ForwardShape) => number;
 interface Spec {
@@ -30,6 +42,15 @@ const kdaWidth = (c: ModelConfig) => c.kdaHeads * c.kdaHeadDim;
 export const bankSlots = (c: ModelConfig) => Math.ceil(c.numLayers / c.attnResBlock);
 const perRow = (n: (c: ModelConfig) => number): Spec => ({ elements: (c, s) => s.rows * n(c) });
 const perLogitRow = (n: (c: ModelConfig) => number): Spec => ({ elements: (c, s) => s.logitRows * n(c) });
+const kdaLayerCount = (c: ModelConfig) => c.layerKinds.filter((k) => k === "kda").length;
+/** Speculation only: n elements when the shape has drafts, else nothing. */
+const ifDrafts = (n: (c: ModelConfig, drafts: number) => number): Spec => ({ elements: (c, s) => ((s.drafts ?? 0) > 0 ? n(c, s.drafts!) : 0) });
+/**
+ * Floats one drafted position keeps per KDA layer: the conv inputs (raw q, k, v: the conv history
+ * is the last width − 1 of them) and the recurrence inputs (k̂, v̂ after conv and norm, the decay
+ * gate g, β): [q | k | v | k̂ | v̂ | g] of P each, then β of H.
+ */
+export const draftInputWidth = (c: ModelConfig) => 6 * kdaWidth(c) + c.kdaHeads;
 
 /** The forward pass's scratch (src/model/forward.ts), in allocation order. */
 export const FORWARD_BUFFERS = {
@@ -76,10 +97,15 @@ export const FORWARD_BUFFERS = {
   yall: perRow((c) => c.topK * c.latent), // [rows][topK][latent]: each expert's output by rank
   y: perRow((c) => c.latent), // Σ_rank w·y_e
   // final mix, norm, lm_head (logit rows only)
-  final_bank: perLogitRow((c) => bankSlots(c) * c.hidden),
+  final_bank: { elements: (c) => bankSlots(c) * c.hidden }, // one row's snapshots (the last row alone; a verify pass mixes the bank in place)
   final_h: perLogitRow((c) => c.hidden),
   final_x: perLogitRow((c) => c.hidden),
   logits: perLogitRow((c) => c.vocab),
+  // speculative verify pass (drafts > 0): one KDA layer's state and conv history as scratch, and
+  // per KDA layer the conv and recurrence inputs of every drafted position: [kdaLayers][drafts][6P + H]
+  spec_S: ifDrafts((c) => c.kdaHeads * c.kdaHeadDim * c.kdaHeadDim),
+  spec_conv: ifDrafts((c) => 3 * (c.convKernel - 1) * kdaWidth(c)), // q, k, v histories
+  spec_inputs: ifDrafts((c, d) => kdaLayerCount(c) * d * draftInputWidth(c)),
 } satisfies Record<string, Spec>;
 
 export type ForwardBufferName = keyof typeof FORWARD_BUFFERS;

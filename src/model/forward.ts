@@ -6,11 +6,25 @@
 // bit for bit (test/model.test.ts).
 //
 // Scratch buffers: the typed table of src/model/buffers.ts (the planner sums the same table),
-// sized for `chunk` rows and one logit row.
+// sized for `chunk` rows and 1 + `drafts` logit rows.
+//
+// Speculative verify pass (docs/SPECULATION.md): `verify(state, [x, d_1 … d_k])` runs one pass
+// over 1 + k positions (the trunk read once, each distinct expert once) with logits at every
+// position. The session keeps x at once; each drafted position is kept later by `keep()`, in
+// order, as far as the drafts were accepted. Rollback reads no weights and copies no state:
+//   - KDA: x's recurrence and conv run on the real state; the drafted positions run on one
+//     scratch copy (spec_S, spec_conv: one layer's worth, reused by every layer), and their
+//     recurrence inputs (raw q, k, v before the conv; g; β: small) are kept per layer. keep()
+//     re-applies one position to the real state from those inputs (conv, L2 norm, recurrence:
+//     compute only), with the same kernels on the same inputs, so the state is bit-identical
+//     to what plain decoding of the kept tokens leaves;
+//   - MLA: the pass wrote cache rows for every position; rows past the kept ones are never read
+//     (attention reads rows < pos + T of the pass that rewrites them) and never saved;
+//   - position and history advance per kept token.
 import { K3Error } from "../errors.ts";
 import type { ModelConfig } from "../checkpoint/types.ts";
 import { kernelLimits, K3_STATUS, type Kernels } from "../kernels.ts";
-import { allocForwardBuffers, bankSlots, type ForwardBuffers, type ForwardShape } from "./buffers.ts";
+import { allocForwardBuffers, bankSlots, draftInputWidth, type ForwardBuffers, type ForwardShape } from "./buffers.ts";
 import { at, CBuffers, type Addr, type CBuf } from "./cmem.ts";
 import type { SessionState } from "./state.ts";
 import type { LayerRef, WeightProvider } from "./weights.ts";
@@ -53,17 +67,28 @@ export class Model {
   /** Router lookahead during decode (T = 1): exact by construction, it only moves reads earlier. */
   lookahead = false;
 
+  /** KDA layer L's index among KDA layers (rows of spec_inputs), −1 for MLA layers. */
+  private readonly kdaIndex: number[];
+  /** The last verify pass, while its drafted positions may still be kept. */
+  private pass?: { state: SessionState; ids: number[]; pos0: number; kept: number };
+
   constructor(
     private k: Kernels,
     readonly cfg: ModelConfig,
     private w: WeightProvider,
     readonly chunk: number,
     readonly maxContext: number,
+    /** The most drafted positions one verify pass may check (0: no speculation buffers). */
+    readonly drafts = 0,
   ) {
     if (!Number.isInteger(chunk) || chunk < 1) throw new K3Error("USAGE", `prefill chunk must be ≥ 1, got ${chunk}`);
+    if (!Number.isInteger(drafts) || drafts < 0) throw new K3Error("USAGE", `drafts per pass must be an integer ≥ 0, got ${drafts}`);
+    if (1 + drafts > chunk) throw new K3Error("USAGE", `a verify pass of 1 + ${drafts} positions does not fit a ${chunk}-token chunk`, [`use --chunk ${1 + drafts} or more, or fewer drafts per pass`]);
     checkKernelLimits(k, cfg);
+    let kdas = 0;
+    this.kdaIndex = cfg.layerKinds.map((kind) => (kind === "kda" ? kdas++ : -1));
     this.mem = new CBuffers(k);
-    const shape: ForwardShape = { rows: chunk, logitRows: 1, context: maxContext };
+    const shape: ForwardShape = { rows: chunk, logitRows: 1 + drafts, context: maxContext, drafts };
     try {
       this.b = allocForwardBuffers(this.mem, cfg, shape);
     } catch (err) {
@@ -104,6 +129,7 @@ export class Model {
    */
   forward(state: SessionState, ids: number[], opts: { logits?: boolean } = {}): Float32Array | null {
     this.check(state, ids);
+    this.pass = undefined;
     const wantLogits = opts.logits ?? true;
     try {
       let lastT = 0;
@@ -123,10 +149,83 @@ export class Model {
     }
   }
 
+  /**
+   * Speculative verify pass over ids = [x, d_1 … d_k], 1 ≤ 1 + k ≤ 1 + drafts: one pass, logits at
+   * every position (row i predicts the token after x, d_1 … d_i). The session keeps x (position
+   * and history advance by one); `keep()` keeps d_1, d_2, … one at a time. Returns views into a
+   * buffer the next pass reuses. A failure marks the session dirty, like forward().
+   */
+  verify(state: SessionState, ids: number[]): Float32Array[] {
+    this.check(state, ids);
+    this.pass = undefined;
+    if (ids.length > 1 + this.drafts) throw new K3Error("INTERNAL", `verify pass of ${ids.length} positions, the model has room for 1 + ${this.drafts}`);
+    try {
+      this.w.setHeadNext?.(true);
+      const pos0 = state.pos;
+      this.forwardChunk(state, ids, true);
+      this.finalLogitsAllRows(ids.length);
+      this.pass = { state, ids: ids.slice(), pos0, kept: 0 };
+    } catch (err) {
+      state.dirty = true;
+      throw err;
+    }
+    const V = this.cfg.vocab;
+    const all = this.b.logits.f32();
+    return ids.map((_, i) => all.subarray(i * V, (i + 1) * V));
+  }
+
+  /** Drafted positions of the last verify pass not kept yet (0 when there is none). */
+  keepable(state: SessionState): number {
+    const v = this.pass;
+    if (!v || v.state !== state || state.freed || state.dirty || state.pos !== v.pos0 + 1 + v.kept) return 0;
+    return v.ids.length - 1 - v.kept;
+  }
+
+  /**
+   * Keep the next drafted position of the last verify pass: re-apply its KDA conv and recurrence
+   * to the real state from the inputs the pass kept (no weights read), then advance position and
+   * history. The MLA cache row is already there.
+   */
+  keep(state: SessionState): void {
+    if (this.keepable(state) < 1) throw new K3Error("INTERNAL", "no verified position left to keep (another pass ran, or the session changed)");
+    const v = this.pass!;
+    const k = this.k;
+    const c = this.cfg;
+    const b = this.b;
+    const H = c.kdaHeads;
+    const D = c.kdaHeadDim;
+    const P = H * D;
+    const hist = c.convKernel - 1;
+    const j = v.kept; // draft index: row j + 1 of the pass
+    for (let L = 0; L < c.numLayers; L++) {
+      const li = this.kdaIndex[L]!;
+      if (li < 0) continue;
+      const st = state.kda[L]!;
+      const rec = this.draftRecord(li, j);
+      // Conv history ← the last `hist` raw inputs (what k3_kda_conv_silu leaves), oldest first.
+      [st.convQ, st.convK, st.convV].forEach((h, n) => {
+        for (let r = 0; r + 1 < hist; r++) k.k3_mem_copy(at(h.ptr, r * P * F), at(h.ptr, (r + 1) * P * F), P * F);
+        k.k3_mem_copy(at(h.ptr, (hist - 1) * P * F), at(rec, n * P * F), P * F);
+      });
+      // S ← one delta-rule step with k̂, v̂, g, β of this position (the output o is not needed: k̂
+      // stands in for q, and o lands in scratch).
+      const kHat = at(rec, 3 * P * F);
+      k.k3_kda_recurrent(kHat, kHat, at(rec, 4 * P * F), at(rec, 5 * P * F), at(rec, 6 * P * F), st.S.ptr, b.kda_o.ptr, H, D, 1);
+    }
+    v.kept++;
+    state.pos++;
+    state.history.push(v.ids[j + 1]!);
+  }
+
+  /** Where drafted position j of KDA layer li keeps its inputs: [q | k | v | k̂ | v̂ | g] (P each), β (H). */
+  private draftRecord(li: number, j: number): number {
+    return this.b.spec_inputs.ptr + (li * this.drafts + j) * draftInputWidth(this.cfg) * F;
+  }
+
   /** AttnRes snapshots the last chunk left in the bank (the final mix reads them). */
   private nBankFinal = 0;
 
-  private forwardChunk(state: SessionState, ids: number[]): void {
+  private forwardChunk(state: SessionState, ids: number[], verify = false): void {
     const k = this.k;
     const c = this.cfg;
     const T = ids.length;
@@ -151,7 +250,7 @@ export class Model {
         }
         // 4. a = Attention(RMSNorm(h, input_layernorm))
         this.norm(lw.t("input_layernorm.weight").ptr, b.h.ptr, b.xn.ptr, T);
-        if (c.layerKinds[L] === "kda") this.kda(lw, state, L, T);
+        if (c.layerKinds[L] === "kda") this.kda(lw, state, L, T, verify);
         else this.mla(lw, state, L, T);
         // 5. P = (P is none) ? a : P + a
         if (pNone) k.k3_mem_copy(b.P.ptr, b.a.ptr, rowsBytes);
@@ -170,8 +269,10 @@ export class Model {
       if (this.lookahead && T === 1) this.lookaheadRouter(L + 1);
     }
     this.nBankFinal = nBank;
-    state.pos += T;
-    for (const id of ids) state.history.push(id);
+    // A verify pass keeps its first position now, the drafted ones through keep().
+    const kept = verify ? 1 : T;
+    state.pos += kept;
+    for (let t = 0; t < kept; t++) state.history.push(ids[t]!);
   }
 
   /**
@@ -207,6 +308,19 @@ export class Model {
     this.w.releaseHead?.();
   }
 
+  /** Final mix, norm and lm_head for every row of the last chunk (a verify pass): logits [T][V]. */
+  private finalLogitsAllRows(T: number): void {
+    const c = this.cfg;
+    const b = this.b;
+    const head = this.w.head();
+    // Rows are independent in every kernel, so row t equals what finalLogits computes for it alone.
+    const status = this.k.k3_attnres_mix(b.bank.ptr, this.nBankFinal, b.P.ptr, head.outResProj.ptr, head.outResNorm.ptr, b.final_h.ptr, c.hidden, T, c.rmsEps);
+    this.checked("k3_attnres_mix", status, "the final mix");
+    this.norm(head.norm.ptr, b.final_h.ptr, b.final_x.ptr, T);
+    this.k.k3_matmul_bf16(head.lmHead.ptr, b.final_x.ptr, b.logits.ptr, c.vocab, c.hidden, T);
+    this.w.releaseHead?.();
+  }
+
   /** A kernel's status: non-finite input is broken weights (named), anything else a bug here. */
   private checked(kernel: string, status: number, where: string): void {
     if (status === K3_STATUS.ok) return;
@@ -234,7 +348,7 @@ export class Model {
   }
 
   /** KDA attention (MODEL.md §4 KDA) on xn → a. */
-  private kda(lw: LayerRef, state: SessionState, L: number, T: number): void {
+  private kda(lw: LayerRef, state: SessionState, L: number, T: number, verify = false): void {
     const k = this.k;
     const c = this.cfg;
     const b = this.b;
@@ -250,10 +364,31 @@ export class Model {
     this.mm(t("q_proj.weight"), x, b.kda_q.ptr, P, E, T);
     this.mm(t("k_proj.weight"), x, b.kda_k.ptr, P, E, T);
     this.mm(t("v_proj.weight"), x, b.kda_v.ptr, P, E, T);
+    // A verify pass: rows 1.. are drafts. They run on scratch copies of the conv history and the
+    // state (row 0 on the real ones), and keep their inputs for keep() (class comment).
+    const drafted = verify ? T - 1 : 0;
+    const li = this.kdaIndex[L]!;
+    const rowBytes = P * F;
+    const save = (from: Addr, slot: number, bytes = rowBytes) => {
+      for (let j = 0; j < drafted; j++) k.k3_mem_copy(at(this.draftRecord(li, j), slot * rowBytes), at(from, (j + 1) * bytes), bytes);
+    };
+    save(b.kda_q.ptr, 0);
+    save(b.kda_k.ptr, 1);
+    save(b.kda_v.ptr, 2);
     // 2. causal short conv (width 4, history carried across calls) + SiLU
-    k.k3_kda_conv_silu(b.kda_q.ptr, t("q_conv1d.weight"), st.convQ.ptr, P, T);
-    k.k3_kda_conv_silu(b.kda_k.ptr, t("k_conv1d.weight"), st.convK.ptr, P, T);
-    k.k3_kda_conv_silu(b.kda_v.ptr, t("v_conv1d.weight"), st.convV.ptr, P, T);
+    const conv = (t0: number, rows: number, hq: Addr, hk: Addr, hv: Addr) => {
+      k.k3_kda_conv_silu(at(b.kda_q.ptr, t0 * rowBytes), t("q_conv1d.weight"), hq, P, rows);
+      k.k3_kda_conv_silu(at(b.kda_k.ptr, t0 * rowBytes), t("k_conv1d.weight"), hk, P, rows);
+      k.k3_kda_conv_silu(at(b.kda_v.ptr, t0 * rowBytes), t("v_conv1d.weight"), hv, P, rows);
+    };
+    if (drafted === 0) conv(0, T, st.convQ.ptr, st.convK.ptr, st.convV.ptr);
+    else {
+      conv(0, 1, st.convQ.ptr, st.convK.ptr, st.convV.ptr);
+      const hb = (c.convKernel - 1) * rowBytes; // one history: [width − 1][P]
+      const scratch = (n: number) => at(b.spec_conv.ptr, n * hb);
+      [st.convQ, st.convK, st.convV].forEach((h, n) => k.k3_mem_copy(scratch(n), h.ptr, hb));
+      conv(1, drafted, scratch(0), scratch(1), scratch(2));
+    }
     // 3. per-head L2 norm (a SUM of squares), q additionally × D^-0.5
     k.k3_l2norm_heads(b.kda_q.ptr, H, D, T, 1e-6, 1 / Math.sqrt(D));
     k.k3_l2norm_heads(b.kda_k.ptr, H, D, T, 1e-6, 1);
@@ -264,8 +399,18 @@ export class Model {
     // 5. β = sigmoid(b_proj·x)
     this.mm(t("b_proj.weight"), x, b.kda_beta.ptr, H, E, T);
     k.k3_sigmoid(b.kda_beta.ptr, T * H);
+    save(b.kda_k.ptr, 3);
+    save(b.kda_v.ptr, 4);
+    save(b.kda_g.ptr, 5);
+    save(b.kda_beta.ptr, 6, H * F);
     // 6. delta rule: decay, update, then read o from the UPDATED state
-    k.k3_kda_recurrent(b.kda_q.ptr, b.kda_k.ptr, b.kda_v.ptr, b.kda_g.ptr, b.kda_beta.ptr, st.S.ptr, b.kda_o.ptr, H, D, T);
+    if (drafted === 0) k.k3_kda_recurrent(b.kda_q.ptr, b.kda_k.ptr, b.kda_v.ptr, b.kda_g.ptr, b.kda_beta.ptr, st.S.ptr, b.kda_o.ptr, H, D, T);
+    else {
+      k.k3_kda_recurrent(b.kda_q.ptr, b.kda_k.ptr, b.kda_v.ptr, b.kda_g.ptr, b.kda_beta.ptr, st.S.ptr, b.kda_o.ptr, H, D, 1);
+      k.k3_mem_copy(b.spec_S.ptr, st.S.ptr, H * D * D * F);
+      const r1 = (buf: Addr, width = rowBytes) => at(buf, width);
+      k.k3_kda_recurrent(r1(b.kda_q.ptr), r1(b.kda_k.ptr), r1(b.kda_v.ptr), r1(b.kda_g.ptr), r1(b.kda_beta.ptr, H * F), b.spec_S.ptr, r1(b.kda_o.ptr), H, D, drafted);
+    }
     // 7. o = RMSNorm_per_head(o, o_norm) · sigmoid(g_proj·x)   (norm first, then gate)
     k.k3_rmsnorm_f32w(b.kda_o.ptr, D, t("o_norm.weight"), b.kda_o.ptr, D, D, T * H, c.rmsEps);
     this.mm(t("g_proj.weight"), x, b.kda_gp.ptr, P, E, T);

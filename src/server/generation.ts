@@ -28,6 +28,7 @@ function genOptions(ctx: ServerContext, s: SamplingRequest, shouldStop: () => bo
     minP: s.minP,
     seed: s.seed,
     stop: s.stop,
+    speculate: s.speculate,
     shouldStop,
   };
 }

@@ -1,7 +1,7 @@
 // Request bodies → native option objects, early (llama.cpp server rule: JSON stays at the HTTP
 // edge). Every wrong field is a 400 naming the field in `param`; unknown fields are ignored, as
 // OpenAI-compatible servers do, so clients that send extra knobs keep working.
-import { deeperThan, MAX_JSON_DEPTH, type ChatMessage } from "../engine.ts";
+import { deeperThan, MAX_JSON_DEPTH, parseSpeculate, type ChatMessage, type SpeculateSetting } from "../engine.ts";
 import { badRequest } from "./errors.ts";
 
 export interface SamplingRequest {
@@ -16,6 +16,8 @@ export interface SamplingRequest {
   minP: number | undefined;
   seed: number | undefined;
   stop: string[];
+  /** k3 extension: "auto" | "off" | drafts per pass (default: the server's --speculate). */
+  speculate: SpeculateSetting | undefined;
 }
 
 export interface ChatRequest extends SamplingRequest {
@@ -92,6 +94,15 @@ function parseStop(v: unknown): string[] {
   throw wrongType("stop", "a string or an array of strings", v);
 }
 
+function parseSpeculateField(v: unknown): SpeculateSetting | undefined {
+  if (v === undefined || v === null) return undefined;
+  try {
+    return parseSpeculate(v, "'speculate'");
+  } catch (err) {
+    throw badRequest((err as Error).message, "speculate", "invalid_value");
+  }
+}
+
 function parseSampling(b: Body): SamplingRequest {
   const model = optString(b, "model");
   const n = optInt(b, "n", 1);
@@ -115,6 +126,7 @@ function parseSampling(b: Body): SamplingRequest {
     minP: optNumber(b, "min_p", 0, 1),
     seed: optInt(b, "seed", Number.MIN_SAFE_INTEGER),
     stop: parseStop(b.stop),
+    speculate: parseSpeculateField(b.speculate),
   };
 }
 

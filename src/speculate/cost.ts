@@ -27,6 +27,12 @@
 // successes in m + 1 trials if it rejected one, m in m if not), with a prior and exponential
 // forgetting per decode step: after drafts stop paying, the estimate drifts back to the prior
 // and one short probe is tried, so a text that starts repeating later is still caught.
+// The prior (0.7, worth 2 trials) is optimistic on purpose: the default drafter only proposes
+// what earlier occurrences agree on, and without a first verified draft a compute-bound pass
+// (where an extra position costs ~μ of a pass) would never gather evidence. Forgetting (0.99
+// per step) sets the price of probing when drafts are always wrong: after each failed probe the
+// next comes ~26 steps later at a streaming budget (an extra position ≈ 20 % of a pass: < 1 %)
+// and ~100 steps later when compute-bound (≈ 50 %: 0.5 %).
 
 export interface PassCostPrior {
   /** Disk bytes of trunk units a one-position pass is expected to read (streamed units). */
@@ -47,10 +53,10 @@ export interface CostModelOptions {
   extraPositionCompute?: number;
   /** Predicted gain required before speculating (default 0.05 = 5 %). */
   margin?: number;
-  /** Acceptance assumed before any draft was verified (default 0.5), worth `priorTrials` trials (default 2). */
+  /** Acceptance assumed before any draft was verified (default 0.7), worth `priorTrials` trials (default 2). */
   priorAcceptance?: number;
   priorTrials?: number;
-  /** Per-step forgetting factor of the acceptance counts (default 0.95). */
+  /** Per-step forgetting factor of the acceptance counts (default 0.99). */
   decay?: number;
 }
 
@@ -59,9 +65,9 @@ export class AcceptanceRate {
   private successes = 0;
   private trials = 0;
   constructor(
-    private readonly prior = 0.5,
+    private readonly prior = 0.7,
     private readonly priorTrials = 2,
-    private readonly decay = 0.95,
+    private readonly decay = 0.99,
   ) {}
 
   get rate(): number {
@@ -130,7 +136,7 @@ export class SpeculationCost {
     this.kappa = opts.computeWeight ?? 0.1;
     this.mu = opts.extraPositionCompute ?? 0.5;
     this.margin = opts.margin ?? 0.05;
-    this.acceptance = new AcceptanceRate(opts.priorAcceptance ?? 0.5, opts.priorTrials ?? 2, opts.decay ?? 0.95);
+    this.acceptance = new AcceptanceRate(opts.priorAcceptance ?? 0.7, opts.priorTrials ?? 2, opts.decay ?? 0.99);
   }
 
   /** Bytes a pass of T positions read (from the engine's counters). Running mean per T. */

@@ -1,0 +1,70 @@
+// One generation's speculation: the setting (`--speculate auto|off|N`), the drafter, and the
+// session's cost model. The engine asks `propose` before each decode pass and reports every pass
+// back; everything that decides what is *generated* lives elsewhere (accept.ts, the sampler).
+import { K3Error } from "../errors.ts";
+import type { Draft, Drafter } from "./drafter.ts";
+import type { SpeculationCost } from "./cost.ts";
+
+/** "auto": the cost model decides each step (up to the engine's drafts per pass); "off"; N: verify
+ *  up to N drafts whenever the drafter has them (no cost model). */
+export type SpeculateSetting = "auto" | "off" | number;
+
+/** Parse a `--speculate` value or a request field: auto | off | a positive integer. */
+export function parseSpeculate(value: unknown, where = "--speculate"): SpeculateSetting {
+  if (value === "auto" || value === "off") return value;
+  const n = typeof value === "number" ? value : typeof value === "string" && /^[0-9]+$/.test(value) ? Number(value) : NaN;
+  if (Number.isSafeInteger(n) && n >= 0) return n === 0 ? "off" : n;
+  throw new K3Error("USAGE", `${where} must be auto, off or a number of drafts per pass (0 = off), got ${JSON.stringify(value)}`);
+}
+
+export interface SpeculationCounters {
+  /** Drafted tokens that went through a verify pass. */
+  draftedTokens: number;
+  /** Of those, the ones the target model kept. */
+  acceptedTokens: number;
+  /** Decode passes over more than one position. */
+  verifyPasses: number;
+}
+
+export class Speculator {
+  readonly counters: SpeculationCounters = { draftedTokens: 0, acceptedTokens: 0, verifyPasses: 0 };
+
+  /**
+   * @param setting   the request's setting (already checked against the engine's room)
+   * @param maxDrafts drafts per pass the engine has room for
+   * @param cost      the session's cost model (its acceptance and pass bytes persist across turns)
+   */
+  constructor(
+    private readonly setting: Exclude<SpeculateSetting, "off">,
+    private readonly maxDrafts: number,
+    private readonly drafter: Drafter,
+    private readonly cost: SpeculationCost,
+  ) {}
+
+  /**
+   * Drafts to verify in the next pass (empty: decode one position plainly). `tokens` is the whole
+   * sequence including the token about to be fed; `room` the most drafts that can still matter
+   * (context left, tokens still wanted).
+   */
+  propose(tokens: readonly number[], room: number): Draft {
+    const cap = Math.min(room, this.setting === "auto" ? this.maxDrafts : Math.min(this.setting, this.maxDrafts));
+    if (cap < 1) return { tokens: [] };
+    const draft = this.drafter.draft({ tokens, max: cap });
+    const n = Math.min(draft.tokens.length, cap);
+    const k = this.setting === "auto" ? this.cost.draftLength(n) : n;
+    return { tokens: draft.tokens.slice(0, k), ...(draft.q ? { q: draft.q.slice(0, k) } : {}) };
+  }
+
+  /** A decode pass over `positions` positions read these bytes; `drafted` of them were drafts, `accepted` kept. */
+  observe(positions: number, trunkBytes: number, expertBytes: number, drafted: number, accepted: number): void {
+    this.cost.observePass(positions, trunkBytes, expertBytes);
+    if (drafted > 0) {
+      this.cost.acceptance.record(drafted, accepted);
+      this.drafter.observe?.(drafted, accepted);
+      this.counters.draftedTokens += drafted;
+      this.counters.acceptedTokens += accepted;
+      this.counters.verifyPasses++;
+    }
+    this.cost.acceptance.step();
+  }
+}

@@ -1,0 +1,84 @@
+// `--speculate` as a user reaches it: `k3 run` (spawned from source) and the server's per-request
+// `speculate` field. Output is identical with speculation on and off; bad values are usage errors.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import type { Engine } from "../src/engine.ts";
+import type { K3Server } from "../src/server/server.ts";
+import { tinyModel } from "./helpers/models.ts";
+import { openTinyEngine, post, serve } from "./server.helpers.ts";
+
+const CLI = [process.execPath, "src/cli/main.ts"];
+
+function k3(args: string[]) {
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && k !== "K3_MODEL") env[k] = v;
+  const p = Bun.spawnSync([...CLI, ...args], { stdin: "ignore", env: { ...env, NO_COLOR: "1" } });
+  return { code: p.exitCode, out: p.stdout.toString(), err: p.stderr.toString() };
+}
+
+let model: string;
+beforeAll(async () => {
+  model = await tinyModel("tiny-a");
+});
+
+describe("k3 run --speculate", () => {
+  test("off, auto and 4 print the same ids; --json carries drafted/accepted/verify_passes", () => {
+    const run = (spec: string[]) => {
+      const r = k3(["run", model, "--ids", "5,17,300,42,5,17,300,42,5,17,300", "--gen", "12", "--threads", "1", "--json", ...spec]);
+      expect(r.code).toBe(0);
+      return JSON.parse(r.out);
+    };
+    const off = run(["--speculate", "off"]);
+    for (const spec of [[], ["--speculate", "auto"], ["--speculate", "4"]]) {
+      const on = run(spec);
+      expect(on.generated_ids).toEqual(off.generated_ids);
+      expect(on.stats).toMatchObject({ drafted_tokens: expect.any(Number), accepted_tokens: expect.any(Number), verify_passes: expect.any(Number) });
+    }
+    expect(off.stats.drafted_tokens).toBe(0);
+    expect(off.stats.verify_passes).toBe(0);
+  });
+
+  test("a bad value, or more drafts than the chunk can verify, is a usage error (exit 2)", () => {
+    const bad = k3(["run", model, "--ids", "1,2,3", "--gen", "2", "--speculate", "lots"]);
+    expect(bad.code).toBe(2);
+    expect(bad.err).toContain("--speculate must be auto, off or a number");
+    const big = k3(["run", model, "--ids", "1,2,3", "--gen", "2", "--speculate", "40"]);
+    expect(big.code).toBe(2);
+    expect(big.err).toContain("--chunk 41");
+  });
+});
+
+describe("server: per-request speculate", () => {
+  let engine: Engine;
+  let server: K3Server;
+  beforeAll(async () => {
+    engine = await openTinyEngine();
+    server = serve(engine);
+  });
+  afterAll(async () => {
+    await server.stop();
+    engine.close();
+  });
+  const complete = (extra: Record<string, unknown>) => post(`${server.url}/v1/completions`, { prompt: [5, 17, 300, 42], max_tokens: 6, ...extra });
+
+  test('"off", "auto" and a number within the server\'s room: the same ids, k3 stats carry the counters', async () => {
+    const ids: unknown[] = [];
+    for (const speculate of ["off", "auto", 3, "2"]) {
+      const res = await complete({ speculate });
+      expect(res.status).toBe(200);
+      const body = (await res.json()) as any;
+      ids.push(body.k3.token_ids);
+      expect(body.k3).toMatchObject({ drafted_tokens: expect.any(Number), accepted_tokens: expect.any(Number), verify_passes: expect.any(Number) });
+    }
+    for (const x of ids) expect(x).toEqual(ids[0]);
+  });
+
+  test("a bad value or more drafts than the server has room for is a 400 naming the field", async () => {
+    for (const [speculate, msg] of [["maybe", "must be auto, off or a number"], [-1, "must be auto, off or a number"], [99, "room for 8 drafts"]] as const) {
+      const res = await complete({ speculate });
+      expect(res.status).toBe(400);
+      const body = (await res.json()) as any;
+      expect(body.error.message).toContain(msg);
+      if (speculate !== 99) expect(body.error.param).toBe("speculate");
+    }
+  });
+});
