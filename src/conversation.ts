@@ -219,18 +219,21 @@ export function* streamChatIds(engine: Engine, session: Session, ids: number[], 
  */
 function joinStats(a: GenerationStats, b: GenerationStats): GenerationStats {
   const steps = a.decodeSteps + 1 + b.decodeSteps;
+  // Per-token figures are per token the decode passes decided (speculation: more than one a pass).
+  const decoded = a.decodedTokens + 1 + b.decodedTokens;
   const decodeMs = a.decodeMs + b.prefillMs + b.decodeMs;
-  const per = (aPer: number, bTotal: number) => (aPer * a.decodeSteps + bTotal) / steps;
+  const per = (aPer: number, bTotal: number) => (aPer * a.decodedTokens + bTotal) / decoded;
   const io = Object.fromEntries(Object.entries(a.io).map(([k, v]) => [k, typeof v === "number" ? v + (b.io[k as keyof typeof b.io] as number) : v])) as GenerationStats["io"];
   return {
     promptTokens: a.promptTokens,
     generatedTokens: a.generatedTokens + b.generatedTokens,
     prefillMs: a.prefillMs,
     decodeMs,
-    msPerToken: decodeMs / steps,
+    msPerToken: decodeMs / decoded,
     stopReason: b.stopReason,
     io,
     decodeSteps: steps,
+    decodedTokens: decoded,
     ioPerToken: {
       bytesRead: per(a.ioPerToken.bytesRead, b.io.trunkBytesRead + b.io.expertBytesRead),
       trunkBytes: per(a.ioPerToken.trunkBytes, b.io.trunkBytesRead),
@@ -238,6 +241,11 @@ function joinStats(a: GenerationStats, b: GenerationStats): GenerationStats {
       reads: per(a.ioPerToken.reads, b.io.reads),
       hits: per(a.ioPerToken.hits, b.io.expertHits),
       requests: per(a.ioPerToken.requests, b.io.expertRequests),
+    },
+    speculation: {
+      draftedTokens: a.speculation.draftedTokens + b.speculation.draftedTokens,
+      acceptedTokens: a.speculation.acceptedTokens + b.speculation.acceptedTokens,
+      verifyPasses: a.speculation.verifyPasses + b.speculation.verifyPasses,
     },
     peakRssBytes: Math.max(a.peakRssBytes, b.peakRssBytes),
   };

@@ -138,6 +138,9 @@ export interface GenerationStats {
   io: WeightStats; // counters accumulated during this generation (prefill + decode)
   /** Forward passes after the prefill: one position each, or a verify pass over 1 + drafts. */
   decodeSteps: number;
+  /** Tokens the decode passes decided (emitted, or a stop token): decodeSteps plus the accepted
+   *  drafts that were used. The per-token figures divide by it. */
+  decodedTokens: number;
   /** Decode only: counters of the decode passes divided by the tokens they decided (= decodeSteps
    *  without speculation; more with it: a verify pass decides 1 + accepted drafts). 0 without decode. */
   ioPerToken: { bytesRead: number; trunkBytes: number; expertBytes: number; reads: number; hits: number; requests: number };
@@ -590,6 +593,7 @@ export class Engine {
       stopReason,
       io: diffStats(after, run.before),
       decodeSteps: run.decodeSteps,
+      decodedTokens: decided,
       ioPerToken: {
         bytesRead: per(dec.trunkBytesRead + dec.expertBytesRead),
         trunkBytes: per(dec.trunkBytesRead),

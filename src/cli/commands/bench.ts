@@ -51,7 +51,7 @@ export default defineCommand({
     const lines = ["run | s/token (decode) | prefill s | bytes/token | trunk/token | experts/token | reads/token | hits/requests (all) | direct I/O", "(per-token columns: decode steps only)"];
     for (const x of results) {
       const s = x.stats;
-      const steps = Math.max(1, s.decodeSteps);
+      const steps = Math.max(1, s.decodedTokens); // per generated token (a verify pass decides several)
       lines.push(
         [
           x.run,
