@@ -1,10 +1,13 @@
 // `--speculate` as a user reaches it: `k3 run` (spawned from source) and the server's per-request
 // `speculate` field. Output is identical with speculation on and off; bad values are usage errors.
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import type { Engine } from "../src/engine.ts";
 import type { K3Server } from "../src/server/server.ts";
 import { tinyModel } from "./helpers/models.ts";
 import { openTinyEngine, post, serve } from "./server.helpers.ts";
+
+// Spawning the CLI takes seconds on a busy 2-core machine: bun's 5 s default is too tight.
+setDefaultTimeout(120_000);
 
 const CLI = [process.execPath, "src/cli/main.ts"];
 

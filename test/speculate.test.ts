@@ -85,16 +85,34 @@ describe("cost model", () => {
     expect(expectedTokens(1, 4)).toBe(5);
   });
 
+  /** A cost model whose acceptance is pinned near `a` (a heavy prior) and whose slow-start cap
+   *  has been lifted by one pass that kept 8 drafts. */
+  const settled = (prior: PassCostPrior, a: number) => {
+    const c = new SpeculationCost(prior, { priorAcceptance: a, priorTrials: 1e6 });
+    c.observeVerdict(8, 8);
+    return c;
+  };
+
   test("disk-bound: drafts are verified even at modest acceptance; never when it is ~0", () => {
-    const c = new SpeculationCost(streaming, { priorAcceptance: 0.9, priorTrials: 1000 });
-    expect(c.draftLength(8)).toBe(8);
-    const low = new SpeculationCost(streaming, { priorAcceptance: 0.02, priorTrials: 1000 });
-    expect(low.draftLength(8)).toBe(0);
+    expect(settled(streaming, 0.9).draftLength(8)).toBe(8);
+    expect(settled(streaming, 0.3).draftLength(8)).toBeGreaterThan(0);
+    expect(settled(streaming, 0.02).draftLength(8)).toBe(0);
   });
 
   test("compute-bound (nothing read from disk): speculation needs high acceptance", () => {
-    expect(new SpeculationCost(resident, { priorAcceptance: 0.5, priorTrials: 1000 }).draftLength(8)).toBe(0);
-    expect(new SpeculationCost(resident, { priorAcceptance: 0.95, priorTrials: 1000 }).draftLength(8)).toBeGreaterThan(2);
+    expect(settled(resident, 0.5).draftLength(8)).toBe(0);
+    expect(settled(resident, 0.95).draftLength(8)).toBeGreaterThan(2);
+  });
+
+  test("slow start: 2 drafts before any pass, twice the kept ones after, 1 after a pass that kept none", () => {
+    const c = new SpeculationCost(streaming, { priorAcceptance: 0.99, priorTrials: 1e6 });
+    expect(c.draftLength(8)).toBe(2);
+    c.observeVerdict(2, 2);
+    expect(c.draftLength(8)).toBe(4);
+    c.observeVerdict(4, 3);
+    expect(c.draftLength(8)).toBe(6);
+    c.observeVerdict(6, 0);
+    expect(c.draftLength(8)).toBe(1);
   });
 
   test("the choice never predicts a loss: any k > 0 beats plain decoding by the margin", () => {
@@ -144,7 +162,7 @@ describe("cost model", () => {
       const k = c.draftLength(8);
       ks.push(k);
       if (k > 0) {
-        c.acceptance.record(k, right ? k : 0);
+        c.observeVerdict(k, right ? k : 0);
         extra += c.cost(1 + k) / c.cost(1) - 1;
       }
       c.acceptance.step();

@@ -20,6 +20,10 @@
 //   multiply a byte relative to reading it from disk, μ = the cost of each extra position in a
 //   batched pass relative to the first. They matter where the disk reads little (weights
 //   resident): there a pass is compute-bound and speculation pays only at high acceptance.
+// Slow start: the drafts a pass may verify are also capped by what the last pass showed: 2 before
+// any verify pass, twice the kept drafts after one (all kept: twice as many as drafted), 1 after a
+// pass that kept none. Right drafts reach 8 in three passes (2, 4, 8); wrong ones cost 2, then 1
+// position per probe instead of the 4, 2, 1 … a prior-driven first guess would spend.
 // Every input is a counter or a constant, so the decision (and the bytes a run reads) is the
 // same on every run of the same input; only wall time varies.
 //
@@ -128,6 +132,8 @@ export class SpeculationCost {
   private readonly kappa: number;
   private readonly mu: number;
   private readonly margin: number;
+  /** Slow start: the most drafts the next pass may verify (see the file comment). */
+  private ramp = 2;
 
   constructor(
     private readonly prior: PassCostPrior,
@@ -177,6 +183,12 @@ export class SpeculationCost {
   /** How many of the `proposed` drafts to verify this step (0 = decode plainly). */
   draftLength(proposed: number): number {
     if (proposed < 1) return 0;
-    return bestDraftLength(this.acceptance.rate, proposed, (T) => this.cost(T), this.margin);
+    return bestDraftLength(this.acceptance.rate, Math.min(proposed, this.ramp), (T) => this.cost(T), this.margin);
+  }
+
+  /** A verify pass kept `accepted` of `drafted` drafts: acceptance and the slow-start cap. */
+  observeVerdict(drafted: number, accepted: number): void {
+    this.acceptance.record(drafted, accepted);
+    this.ramp = Math.max(1, 2 * accepted);
   }
 }

@@ -59,7 +59,7 @@ export class Speculator {
   observe(positions: number, trunkBytes: number, expertBytes: number, drafted: number, accepted: number): void {
     this.cost.observePass(positions, trunkBytes, expertBytes);
     if (drafted > 0) {
-      this.cost.acceptance.record(drafted, accepted);
+      this.cost.observeVerdict(drafted, accepted);
       this.drafter.observe?.(drafted, accepted);
       this.counters.draftedTokens += drafted;
       this.counters.acceptedTokens += accepted;
