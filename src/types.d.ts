@@ -3,3 +3,8 @@ declare module "*.so" {
   const path: string;
   export default path;
 }
+// The embedded demo model (assets/demo/, written by tools/train/pack.ts).
+declare module "*.zst" {
+  const path: string;
+  export default path;
+}

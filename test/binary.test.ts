@@ -6,6 +6,7 @@ import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, write
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import pkg from "../package.json";
+import { demoDir } from "../src/cli/demo.ts";
 import { Tokenizer } from "../src/engine.ts";
 import { compiledK3, ROOT, serveUrl, userEnv } from "./helpers/k3-binary.ts";
 
@@ -48,9 +49,9 @@ describe("compiled k3", () => {
     expect(sh.exitCode).toBe(0);
     expect(out.endsWith("\n")).toBe(true);
     expect(out.length).toBeGreaterThan(1);
-    expect(err).toContain("RANDOM");
+    expect(err).toContain("NOT Kimi K3");
     expect(err).toMatch(/\d+ tokens \(prompt \d+\)/);
-    expect(existsSync(join(home, ".cache", "k3", `demo-${pkg.version}`, "config.json"))).toBe(true);
+    expect(existsSync(join(demoDir({ HOME: home }), "config.json"))).toBe(true);
     // The same text as --prompt "hi" (echo's newline is not part of the prompt).
     const again = k3(["run", "--prompt", "hi", "--gen", "4"], { home });
     expect(again.out).toBe(out);
@@ -69,7 +70,7 @@ describe("compiled k3", () => {
   test("tokenize on the demo model's tokenizer matches the library", () => {
     const home = join(tmp, "home");
     k3(["run", "--prompt", "x", "--gen", "1"], { home }); // make sure the demo exists
-    const demo = join(home, ".cache", "k3", `demo-${pkg.version}`);
+    const demo = demoDir({ HOME: home });
     const file = join(tmp, "text.txt");
     const text = "Hello, world! 12345 ünïcödé 日本語 🙂\n\tcode()";
     writeFileSync(file, text);
@@ -100,7 +101,7 @@ describe("compiled k3", () => {
     expect(usage.code).toBe(2);
   });
 
-  test("copied alone into an empty folder, it still generates the demo and runs it (same bytes, same text)", () => {
+  test("copied alone into an empty folder, it still unpacks the demo and runs it (same bytes, same text)", () => {
     const alone = mkdtempSync(join(tmpdir(), "k3-alone-"));
     const exe = join(alone, "k3");
     copyFileSync(bin, exe);
@@ -112,8 +113,8 @@ describe("compiled k3", () => {
     const reference = k3(["run", "--prompt", "hi", "--gen", "4"], { home: join(tmp, "home") });
     expect(r.out).toBe(reference.out);
     // The demo written by the lone binary is byte-identical to the one written next to the repo.
-    const a = join(home, ".cache", "k3", `demo-${pkg.version}`);
-    const b = join(tmp, "home", ".cache", "k3", `demo-${pkg.version}`);
+    const a = demoDir({ HOME: home });
+    const b = demoDir({ HOME: join(tmp, "home") });
     // Only the generator's files: the engine adds its own cache (k3-index.json, which names paths).
     const generated = (d: string) => readdirSync(d).filter((f) => f !== "k3-index.json").sort();
     const files = generated(b);

@@ -40,7 +40,7 @@ const ALLOWED: Record<string, string[]> = {
   // The numbers users see (stats JSON, stats line) are built once, for the CLI and the server.
   "src/report.ts": ["src/engine.ts", "src/format.ts"],
   "src/server/": ["src/engine.ts", "src/conversation.ts", "src/report.ts", "src/errors.ts", "src/log.ts", "src/version.ts"],
-  "src/cli/": ["src/engine.ts", "src/inspect.ts", "src/conversation.ts", "src/report.ts", "src/format.ts", "src/term.ts", "src/server/", "src/errors.ts", "src/log.ts", "src/version.ts", "src/cache-dir.ts", "tools/gen/"],
+  "src/cli/": ["src/engine.ts", "src/inspect.ts", "src/conversation.ts", "src/report.ts", "src/format.ts", "src/term.ts", "src/server/", "src/errors.ts", "src/log.ts", "src/version.ts", "src/cache-dir.ts", "assets/demo/"], // assets/demo: the embedded trained demo
   "tools/reference/": ["tools/gen/"], // test models only; nothing from src/ or kernels/
 };
 

@@ -3,8 +3,9 @@
 import { beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, readdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { Tokenizer } from "../src/engine.ts";
+import { demoDir } from "../src/cli/demo.ts";
 import { tinyModel } from "./helpers/models.ts";
 
 const CLI = [process.execPath, "src/cli/main.ts"];
@@ -166,7 +167,7 @@ describe("k3 run: errors, Ctrl-C", () => {
 });
 
 describe("k3 run: the embedded demo model", () => {
-  test("with no model and no $K3_MODEL, the demo is generated once into the cache and says its weights are random", async () => {
+  test("with no model and no $K3_MODEL, the demo is unpacked once into the cache and says it is a tiny trained model, not K3", async () => {
     const cache = mkdtempSync(join(tmpdir(), "k3-cache-"));
     const e = { XDG_CACHE_HOME: cache };
     // Two processes at once on an empty cache: both succeed with the same text, one copy remains.
@@ -176,12 +177,15 @@ describe("k3 run: the embedded demo model", () => {
     const err1 = await new Response(p1.stderr).text();
     expect([await p1.exited, await p2.exited]).toEqual([0, 0]);
     expect(o1).toBe(o2);
-    expect(err1).toContain("RANDOM");
-    expect(readdirSync(join(cache, "k3"))).toEqual(["demo-0.1.0"]);
-    expect(existsSync(join(cache, "k3", "demo-0.1.0", "config.json"))).toBe(true);
+    expect(err1).toContain("NOT Kimi K3");
+    // The folder is named by the embedded pack's hash: a new demo never opens an old cached one.
+    const dir = demoDir(e);
+    expect(dir).toMatch(/\/k3\/demo-[0-9a-f]{16}$/);
+    expect(readdirSync(join(cache, "k3"))).toEqual([basename(dir)]);
+    expect(existsSync(join(dir, "config.json"))).toBe(true);
     const again = k3(["run", "--prompt", "hi", "--gen", "4"], { env: e });
     expect(again.code).toBe(0);
     expect(again.out).toBe(o1);
-    expect(again.err).not.toContain("generated the demo model");
+    expect(again.err).not.toContain("unpacked the demo model");
   });
 });

@@ -1,51 +1,67 @@
 // The embedded demo model: what `k3 run` and `k3 chat` use when given no model directory and no
-// $K3_MODEL, so the main job works out of the box. It is the tools/gen `demo` preset (release
-// format, ~12 MB, RANDOM weights), generated deterministically on first use into
-// $XDG_CACHE_HOME/k3/demo-<version> (default ~/.cache/k3/demo-<version>).
+// $K3_MODEL, so the main job works out of the box. It is a TINY model with K3's exact architecture
+// (4 layers, hidden 192, 16 experts, vocabulary 4096; ~4M parameters) trained by tools/train on the
+// Brown corpus (one million words of 1961 American English): it writes English-like text, it is
+// NOT Kimi K3 and knows nothing. docs/TEST-MODELS.md ("The trained demo") says how it was made.
 //
-// Invariant: the cache folder either does not exist or holds a complete model. The model is
-// written into a fresh temp folder beside it and renamed into place (rename is atomic on one
-// filesystem), so two processes starting at once both generate, one rename wins, the loser
-// deletes its copy, and neither can see a half-written model.
-import { existsSync, mkdtempSync, renameSync, rmSync } from "node:fs";
-import { join } from "node:path";
+// It ships inside the binary as one zstd-compressed pack (assets/demo/k3-demo.pack.zst, written by
+// tools/train/pack.ts) and is unpacked on first use into $XDG_CACHE_HOME/k3/demo-<id>, where <id>
+// is the first 16 hex digits of the pack's SHA-256: a new model gets a new folder, so a cached
+// older demo is never opened in its place.
+//
+// Invariant: the cache folder either does not exist or holds a complete, verified model. The pack
+// is unpacked into a fresh temp folder beside it (every file's SHA-256 checked) and renamed into
+// place (rename is atomic on one filesystem), so two processes starting at once both unpack, one
+// rename wins, the loser deletes its copy, and neither can see a half-written model.
+import { existsSync, mkdtempSync, readFileSync, renameSync, rmSync } from "node:fs";
+import { basename, join } from "node:path";
+import demoPackPath from "../../assets/demo/k3-demo.pack.zst" with { type: "file" }; // real path in dev, /$bunfs/... when compiled
 import { cachePath, ensureCacheDir } from "../cache-dir.ts";
 import { log } from "../log.ts";
-import { VERSION } from "../version.ts";
+import { sha256Hex, unpackDemo } from "./demo-pack.ts";
 
-export const DEMO_PRESET = "demo";
-/** Same seed forever: the demo's text is part of what users (and tests) see. */
-export const DEMO_SEED = 1;
+/** What every run on the demo says on stderr (tests look for "NOT Kimi K3"). */
+export const DEMO_NOTICE =
+  "a TINY model with K3's architecture (~4M parameters) trained on a small English corpus (the Brown corpus), NOT Kimi K3: expect English-like text, not knowledge";
 
-export function demoDir(env: NodeJS.ProcessEnv = process.env): string {
-  return cachePath(`demo-${VERSION}`, env);
+let packCache: { bytes: Uint8Array; id: string } | undefined;
+
+function demoPack(): { bytes: Uint8Array; id: string } {
+  if (!packCache) {
+    const bytes = new Uint8Array(readFileSync(demoPackPath));
+    packCache = { bytes, id: sha256Hex(bytes).slice(0, 16) };
+  }
+  return packCache;
 }
 
-/** Model directory to open: the argument, else $K3_MODEL, else the demo model (made if missing). */
+/** The demo's cache folder; its name changes with the embedded model's content. */
+export function demoDir(env: NodeJS.ProcessEnv = process.env): string {
+  return cachePath(`demo-${demoPack().id}`, env);
+}
+
+/** Model directory to open: the argument, else $K3_MODEL, else the demo model (unpacked if missing). */
 export async function modelDirOrDemo(arg: string | undefined): Promise<string> {
   const dir = arg || process.env.K3_MODEL;
   if (dir) return dir;
-  return await ensureDemoModel();
+  return ensureDemoModel();
 }
 
-export async function ensureDemoModel(env: NodeJS.ProcessEnv = process.env): Promise<string> {
+export function ensureDemoModel(env: NodeJS.ProcessEnv = process.env): string {
   const dir = demoDir(env);
-  log.warn(`no model given (argument or $K3_MODEL): using the built-in demo model in ${dir} — its weights are RANDOM, so its text is gibberish`);
+  log.warn(`no model given (argument or $K3_MODEL): using the built-in demo model in ${dir} — ${DEMO_NOTICE}`);
   if (existsSync(join(dir, "config.json"))) return dir;
   const root = ensureCacheDir("", env); // a clear error (set XDG_CACHE_HOME) when it cannot be made
-  const tmp = mkdtempSync(join(root, `.demo-${VERSION}-tmp-`));
+  const tmp = mkdtempSync(join(root, `.${basename(dir)}-tmp-`));
   try {
-    // Loaded only here: the generator (and its bundled BPE table) is not needed by other commands.
-    const { generateModel } = await import("../../tools/gen/generate.ts");
     const t0 = performance.now();
-    await generateModel(tmp, { preset: DEMO_PRESET, seed: DEMO_SEED });
+    unpackDemo(demoPack().bytes, tmp);
     try {
       renameSync(tmp, dir);
     } catch (err) {
       // Another process renamed its copy first: use that one.
       if (!existsSync(join(dir, "config.json"))) throw err;
     }
-    log.info(`generated the demo model in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    log.info(`unpacked the demo model in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   } finally {
     rmSync(tmp, { recursive: true, force: true });
   }

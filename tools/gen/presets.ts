@@ -123,7 +123,7 @@ export const PRESETS: Record<string, GenPreset> = {
   },
   demo: {
     ...TINY_COMMON,
-    description: "the out-of-the-box model: hidden 192, 8 layers, vocab 8192, 16 experts top-4 (~9 MB)",
+    description: "the random-weight demo (the out-of-the-box model before the trained one in assets/demo; kept for tests and comparisons): hidden 192, 8 layers, vocab 8192, 16 experts top-4",
     hidden: 192,
     layers: 8,
     vocab: 8192,

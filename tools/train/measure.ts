@@ -1,0 +1,124 @@
+// What the trained demo learned, measured through k3 itself (dev-only; the numbers in
+// docs/TEST-MODELS.md "The trained demo" come from here), next to the random-weight `demo` preset:
+//   - copying: prompts "S S[first 3 words]" from held-out Brown sentences S; greedy continuation vs
+//     the rest of S (tokens copied in order) and the acceptance a prompt-lookup (n-gram, n = 2)
+//     speculator would get: of the steps where the last 2 tokens occur in the prompt, how often
+//     the token that followed them there is the model's greedy token;
+//   - routing: `k3 run --trace` on a held-out passage, per MoE layer the entropy (bits) of the
+//     share of routed slots per expert (max log2 N), then `k3 simulate-cache` on the trace;
+//   - sample continuations (greedy).
+//
+//   bun tools/train/measure.ts [OUT=tools/train/out]   → OUT/measure.json + markdown on stdout
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { Engine, Tokenizer } from "../../src/engine.ts";
+import { generateModel } from "../gen/generate.ts";
+import { engineGreedy } from "./check.ts";
+import { brownSamples } from "./corpus.ts";
+import { HELD_OUT_EVERY } from "./shared.ts";
+
+const ROOT = resolve(import.meta.dir, "../..");
+
+/** Held-out sentences of 8..20 words (the samples train.py never saw). */
+function heldOutSentences(count: number): string[] {
+  const out: string[] = [];
+  brownSamples().forEach((s, i) => {
+    if (i % HELD_OUT_EVERY !== 0) return;
+    for (const sent of s.text.split(/(?<=[.!?]) /)) {
+      const words = sent.split(" ");
+      if (words.length >= 8 && words.length <= 20 && /^[A-Z]/.test(sent) && !sent.includes('"')) out.push(sent);
+    }
+  });
+  // every k-th, so the prompts come from all held-out samples, not the first one
+  const step = Math.max(1, Math.floor(out.length / count));
+  return out.filter((_, i) => i % step === 0).slice(0, count);
+}
+
+/** Prompt-lookup proposal: the token after the latest occurrence, inside the prompt (its first
+ *  `limit` tokens), of the context's last n tokens. Restricted to the prompt so a model that
+ *  merely repeats itself ("the the the") earns no acceptance. */
+function lookup(ctx: number[], n: number, limit: number): number | undefined {
+  const tail = ctx.slice(-n);
+  for (let i = Math.min(ctx.length - n - 1, limit - n - 1); i >= 0; i--) {
+    let ok = true;
+    for (let j = 0; j < n && ok; j++) ok = ctx[i + j] === tail[j];
+    if (ok) return ctx[i + n];
+  }
+  return undefined;
+}
+
+function copying(engine: Engine, tok: Tokenizer, sentences: string[]) {
+  let copied = 0, total = 0, proposals = 0, accepted = 0, fullCopies = 0;
+  for (const s of sentences) {
+    const words = s.split(" ");
+    const head = words.slice(0, 3).join(" ");
+    const prompt = tok.encode(`${s} ${head}`);
+    const want = tok.encode(`${s} ${s}`).slice(prompt.length); // the rest of the repeated sentence
+    if (want.length === 0) continue;
+    const got = engineGreedy(engine, prompt, want.length);
+    let run = 0;
+    while (run < want.length && got[run] === want[run]) run++;
+    copied += run;
+    total += want.length;
+    if (run === want.length) fullCopies++;
+    const ctx = [...prompt];
+    for (const id of got) {
+      const p = lookup(ctx, 2, prompt.length);
+      if (p !== undefined) (proposals++, p === id && accepted++);
+      ctx.push(id);
+    }
+  }
+  return { sentences: sentences.length, copiedPrefixShare: copied / total, fullCopies, ngramProposals: proposals, ngramAccepted: accepted, ngramAcceptance: accepted / Math.max(1, proposals) };
+}
+
+function routing(dir: string, promptFile: string, trace: string, gen: number) {
+  const run = Bun.spawnSync([process.execPath, join(ROOT, "src/cli/main.ts"), "run", dir, "--prompt-file", promptFile, "--gen", String(gen), "--trace", trace, "--threads", "1"], { stderr: "pipe" });
+  if (run.exitCode !== 0) throw new Error(`k3 run --trace failed: ${run.stderr.toString()}`);
+  const lines = readFileSync(trace, "utf8").trim().split("\n").map((l) => JSON.parse(l) as { layers: number[][] });
+  const L = lines[0]!.layers.length;
+  const perLayer = [];
+  for (let l = 0; l < L; l++) {
+    const counts = new Map<number, number>();
+    let n = 0;
+    for (const t of lines) for (const e of t.layers[l]!) (counts.set(e, (counts.get(e) ?? 0) + 1), n++);
+    let h = 0;
+    for (const c of counts.values()) h -= (c / n) * Math.log2(c / n);
+    // temporal locality: share of a token's experts that the previous token also used (what an
+    // expert cache can reuse); independent uniform choices would give k/N
+    let again = 0;
+    for (let t = 1; t < lines.length; t++) again += lines[t]!.layers[l]!.filter((e) => lines[t - 1]!.layers[l]!.includes(e)).length;
+    const k = lines[0]!.layers[l]!.length;
+    perLayer.push({ entropyBits: h, expertsUsed: counts.size, topShare: Math.max(...counts.values()) / n, reuseFromPrevious: again / ((lines.length - 1) * k) });
+  }
+  const sim = Bun.spawnSync([process.execPath, join(ROOT, "src/cli/main.ts"), "simulate-cache", trace, "--slots", "0.5x,1x,2x,4x", "--json"], { stderr: "pipe" });
+  if (sim.exitCode !== 0) throw new Error(`k3 simulate-cache failed: ${sim.stderr.toString()}`);
+  const j = JSON.parse(sim.stdout.toString()) as { results: Array<{ slots: number; policy: string; hitRate: number }> };
+  return { tokens: lines.length, perLayer, cache: j.results.map((r) => ({ slots: r.slots, policy: r.policy, hitRate: r.hitRate })) };
+}
+
+const SAMPLE_PROMPTS = ["The", "She opened the door and", "The President said", "It was a dark and stormy night", "The results of the experiment"];
+
+if (import.meta.main) {
+  const out = resolve(process.argv[2] ?? join(import.meta.dir, "out"));
+  const trained = join(out, "model");
+  const random = join(out, "random-demo");
+  if (!existsSync(join(random, "config.json"))) await generateModel(random, { preset: "demo", seed: 1 });
+  mkdirSync(join(out, "measure"), { recursive: true });
+  const passage = brownSamples()[HELD_OUT_EVERY]!.text.split(" ").slice(0, 120).join(" "); // held-out sample 20
+  const promptFile = join(out, "measure", "passage.txt");
+  writeFileSync(promptFile, passage);
+  const sentences = heldOutSentences(24);
+  const result: Record<string, unknown> = { passage: passage.slice(0, 200) };
+  for (const [name, dir] of [["trained", trained], ["random", random]] as const) {
+    const engine = Engine.open(dir, { threads: 1 });
+    const tok = Tokenizer.load(dir);
+    const samples = SAMPLE_PROMPTS.map((p) => ({ prompt: p, continuation: tok.decode(engineGreedy(engine, tok.encode(p), 32)) }));
+    const copy = copying(engine, tok, sentences);
+    engine.close();
+    const route = routing(dir, promptFile, join(out, "measure", `${name}.routing.jsonl`), 64);
+    result[name] = { copy, routing: route, samples };
+    process.stderr.write(`${name}: copy ${JSON.stringify(copy)}\n  routing ${JSON.stringify(route.perLayer)}\n  cache ${JSON.stringify(route.cache)}\n`);
+    for (const s of samples) process.stderr.write(`  ${JSON.stringify(s.prompt)} → ${JSON.stringify(s.continuation)}\n`);
+  }
+  writeFileSync(join(out, "measure.json"), JSON.stringify(result, null, 1) + "\n");
+}
