@@ -6,6 +6,7 @@
 //     the token that followed them there is the model's greedy token;
 //   - routing: `k3 run --trace` on a held-out passage, per MoE layer the entropy (bits) of the
 //     share of routed slots per expert (max log2 N), then `k3 simulate-cache` on the trace;
+//   - `k3 run --speculate 4` on the same copy prompts: drafts made / kept by the engine's drafter;
 //   - sample continuations (greedy).
 //
 //   bun tools/train/measure.ts [OUT=tools/train/out]   → OUT/measure.json + markdown on stdout
@@ -96,6 +97,25 @@ function routing(dir: string, promptFile: string, trace: string, gen: number) {
   return { tokens: lines.length, perLayer, cache: j.results.map((r) => ({ slots: r.slots, policy: r.policy, hitRate: r.hitRate })) };
 }
 
+/** `k3 run --speculate 4 --json` on the copy prompts: drafts made and kept by the engine's n-gram
+ *  drafter (docs/SPECULATION.md), summed; decode steps vs generated tokens. */
+function speculation(dir: string, sentences: string[], gen: number) {
+  const sum = { runs: 0, generated: 0, decodeSteps: 0, drafted: 0, accepted: 0, verifyPasses: 0 };
+  for (const s of sentences) {
+    const prompt = `${s} ${s.split(" ").slice(0, 3).join(" ")}`;
+    const r = Bun.spawnSync([process.execPath, join(ROOT, "src/cli/main.ts"), "run", dir, "--prompt", prompt, "--gen", String(gen), "--speculate", "4", "--json", "--threads", "1"], { stderr: "pipe" });
+    if (r.exitCode !== 0) throw new Error(`k3 run --speculate failed: ${r.stderr.toString()}`);
+    const st = (JSON.parse(r.stdout.toString()) as { stats: Record<string, number> }).stats;
+    sum.runs++;
+    sum.generated += st.generated_tokens!;
+    sum.decodeSteps += st.decode_steps!;
+    sum.drafted += st.drafted_tokens!;
+    sum.accepted += st.accepted_tokens!;
+    sum.verifyPasses += st.verify_passes!;
+  }
+  return sum;
+}
+
 const SAMPLE_PROMPTS = ["The", "She opened the door and", "The President said", "It was a dark and stormy night", "The results of the experiment"];
 
 if (import.meta.main) {
@@ -116,7 +136,9 @@ if (import.meta.main) {
     const copy = copying(engine, tok, sentences);
     engine.close();
     const route = routing(dir, promptFile, join(out, "measure", `${name}.routing.jsonl`), 64);
-    result[name] = { copy, routing: route, samples };
+    const spec = speculation(dir, sentences, 32);
+    result[name] = { copy, speculation: spec, routing: route, samples };
+    process.stderr.write(`${name}: speculation ${JSON.stringify(spec)}\n`);
     process.stderr.write(`${name}: copy ${JSON.stringify(copy)}\n  routing ${JSON.stringify(route.perLayer)}\n  cache ${JSON.stringify(route.cache)}\n`);
     for (const s of samples) process.stderr.write(`  ${JSON.stringify(s.prompt)} → ${JSON.stringify(s.continuation)}\n`);
   }
