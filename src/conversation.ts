@@ -35,6 +35,8 @@ import {
 } from "./engine.ts";
 import { K3Error } from "./errors.ts";
 
+export { reusablePrefix } from "./engine.ts";
+
 export interface GenOptions {
   maxTokens: number;
   /** 0 or absent: greedy (argmax, lowest id on ties). */
@@ -50,6 +52,9 @@ export interface GenOptions {
   onPrefill?: (done: number, total: number) => void;
   /** Speculative decoding for this generation (default: the engine's setting). */
   speculate?: SpeculateSetting;
+  /** Run through the engine's batch scheduler with other generations (GenerateOptions.batched):
+   *  the stream then yields `waiting` deltas, on which the caller awaits engine.turn(). */
+  batched?: boolean;
 }
 
 export interface ChatOptions extends GenOptions {
@@ -71,6 +76,8 @@ export interface ChatDelta {
   content?: string;
   /** Set once, when the reasoning budget closed the think channel (the answer follows). */
   reasoningCut?: true;
+  /** Batched: the generation waits for the engine's next step (await engine.turn()). */
+  waiting?: true;
 }
 
 export type ChatFinishReason = "stop" | "length" | "cancelled" | "context" | "tool_calls";
@@ -108,6 +115,8 @@ export interface CompletionDelta {
    *  string is still held back). */
   text: string;
   ids: number[];
+  /** Batched: the generation waits for the engine's next step (await engine.turn()). */
+  waiting?: true;
 }
 
 /** The rendered prompt ids of a chat request (generation prompt included). */
@@ -172,6 +181,10 @@ export function* streamChatIds(engine: Engine, session: Session, ids: number[], 
   let stats: GenerationStats | undefined;
   for (;;) {
     for (const piece of run.text()) {
+      if (piece === WAITING) {
+        yield { waiting: true }; // batched: the caller awaits the engine's next step
+        continue;
+      }
       if (piece === "") {
         yield {}; // a prefill step: nothing to show, but the caller may run its event loop
         continue;
@@ -285,6 +298,10 @@ export function* streamCompletion(
   const generated: number[] = [];
   let unreported: number[] = [];
   for (const ev of run.events()) {
+    if (ev.wait) {
+      yield { text: "", ids: [], waiting: true };
+      continue;
+    }
     if (ev.tick) {
       yield { text: "", ids: [] };
       continue;
@@ -341,7 +358,12 @@ interface TextEvent {
   text: string;
   /** A prefill step, not a token (id −1, no text). */
   tick?: boolean;
+  /** Batched: waiting for the engine's next step (id −1, no text). */
+  wait?: boolean;
 }
+
+/** What run.text() yields while a batched generation waits for the engine's next step. */
+const WAITING = null;
 
 function startGeneration(engine: Engine, session: Session, ids: number[], opts: GenOptions, stopIds: number[], done: () => boolean) {
   if (!Number.isInteger(opts.maxTokens) || opts.maxTokens < 1) {
@@ -351,13 +373,10 @@ function startGeneration(engine: Engine, session: Session, ids: number[], opts: 
   const configured = createSampler(samplerOptions(opts));
   // Greedy goes through the engine's own argmax (same rule: lowest id on ties).
   const sampler: Sampler | undefined = opts.temperature ? configured : undefined;
-  // A session that an error interrupted mid-forward cannot be trusted: start it over (the caller
-  // sends the whole conversation every time, so nothing is lost but time).
-  if (session.dirty) session.reset();
-  // A restored session whose every token (including the pending last one) is the prompt: continue.
-  const continues = session.pending.length > 0 && session.tokens.length === ids.length && session.tokens.every((t, i) => t === ids[i]);
-  const cachedTokens = continues ? ids.length : reusablePrefix(session.tokens, ids);
-  if (cachedTokens === 0 && session.tokens.length > 0) session.reset();
+  // What the session (or the engine's prefix cache) already holds of the prompt: only the rest is
+  // fed. A session an error interrupted mid-forward starts over (the caller sends the whole
+  // conversation every time, so nothing is lost but time). Engine.reusePrefix has the cases.
+  const cachedTokens = engine.reusePrefix(session, ids);
   const feed = ids.slice(cachedTokens);
 
   const tok = engine.tokenizerDir ? engine.tokenizer() : undefined;
@@ -375,14 +394,27 @@ function startGeneration(engine: Engine, session: Session, ids: number[], opts: 
     shouldStop: () => stopStringHit || done() || (opts.shouldStop?.() ?? false),
     yieldDuringPrefill: true,
     speculate: opts.speculate,
+    batched: opts.batched,
   });
 
   function* events(): Generator<TextEvent> {
+    try {
+      yield* textEvents();
+    } finally {
+      gen.return(undefined as never); // abandoned: a batched pass waiting for its step is withdrawn
+    }
+  }
+
+  function* textEvents(): Generator<TextEvent> {
     for (;;) {
       const r = gen.next();
       if (r.done) {
         stats = r.value;
         return;
+      }
+      if (r.value.wait) {
+        yield { id: -1, text: "", wait: true };
+        continue;
       }
       if (r.value.prefill) {
         // A prefill step: no token, but a chance for the caller to run its event loop.
@@ -417,9 +449,13 @@ function startGeneration(engine: Engine, session: Session, ids: number[], opts: 
     /** Tokens generated so far. */
     generated: () => generatedCount,
     stopStringHit: () => stopStringHit,
-    /** Decoded text pieces (empty ones skipped), the final flush included. */
-    *text(): Generator<string> {
-      for (const ev of events()) if (ev.text || ev.tick) yield ev.text;
+    /** Decoded text pieces (empty ones skipped; "" for a prefill step, WAITING for a batched
+     *  wait), the final flush included. */
+    *text(): Generator<string | typeof WAITING> {
+      for (const ev of events()) {
+        if (ev.wait) yield WAITING;
+        else if (ev.text || ev.tick) yield ev.text;
+      }
       const rest = flushText();
       if (rest) yield rest;
     },
@@ -434,14 +470,6 @@ function startGeneration(engine: Engine, session: Session, ids: number[], opts: 
       return "cancelled";
     },
   };
-}
-
-/** Length of the session's tokens when they are a proper prefix of `ids`, else 0. A prefix equal
- *  to the whole prompt is not reusable: the engine needs at least one new token for logits. */
-export function reusablePrefix(seen: number[], ids: number[]): number {
-  if (seen.length === 0 || seen.length >= ids.length) return 0;
-  for (let i = 0; i < seen.length; i++) if (seen[i] !== ids[i]) return 0;
-  return seen.length;
 }
 
 function samplerOptions(o: GenOptions) {

@@ -16,7 +16,9 @@ import type { Drafter } from "./speculate/drafter.ts";
 import { NgramDrafter } from "./speculate/ngram.ts";
 import { parseSpeculate, Speculator, type SpeculateSetting, type SpeculationCounters } from "./speculate/speculator.ts";
 import { ResidentWeights } from "./model/resident.ts";
-import { DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, planInputFromCensus, planMemory, type MemoryPlan } from "./memory/plan.ts";
+import { DEFAULT_CONTEXT, DEFAULT_PARALLEL_CAP, DEFAULT_PREFILL_CHUNK, defaultParallel, defaultPrefixCacheBytes, planInputFromCensus, planMemory, sessionStateBytes, type MemoryPlan } from "./memory/plan.ts";
+import { BatchScheduler, type BatchStats, type PassPart, type TicketKind } from "./batch/scheduler.ts";
+import { PrefixCache, type PrefixCacheStats } from "./batch/prefix-cache.ts";
 import type { PolicyName } from "./memory/policy/index.ts";
 import { gib, resolveBudget, usableRam } from "./memory/ram.ts";
 import { streamSlots } from "./memory/slots.ts";
@@ -26,10 +28,12 @@ import { TraceWriter } from "./memory/trace-writer.ts";
 import { SessionState } from "./model/state.ts";
 import { loadSession as loadSessionFile, saveSession as saveSessionFile } from "./model/session-file.ts";
 import { Tokenizer } from "./text/tokenizer.ts";
-import type { WeightProvider, WeightStats } from "./model/weights.ts";
+import { addStats, diffStats, zeroStats, type WeightProvider, type WeightStats } from "./model/weights.ts";
 
 export type { ModelConfig } from "./checkpoint/types.ts";
 export type { WeightStats } from "./model/weights.ts";
+export type { BatchStats, StepRecord } from "./batch/scheduler.ts";
+export type { PrefixCacheStats } from "./batch/prefix-cache.ts";
 export type { VerifyResult } from "./memory/verify.ts";
 // The text layer is part of the public API: the CLI and the server use it through here.
 export { Tokenizer } from "./text/tokenizer.ts";
@@ -89,11 +93,19 @@ export interface EngineOptions {
    * Output is identical either way (greedy: the same ids; sampling: the same distribution).
    */
   speculate?: SpeculateSetting;
+  /** Sessions that advance together in one pass (batched generation, `k3 serve`): the plan holds
+   *  their state. "auto": what the budget allows, at most DEFAULT_PARALLEL_CAP. Default 1. */
+  parallel?: number | "auto";
+  /** The prefix cache (batched generation only): RAM tier bytes ("auto": the planner's default
+   *  share; 0: none) and an optional disk tier (folder, size cap in bytes). Default: off. */
+  prefixCache?: { ramBytes?: number | "auto"; dir?: string; diskBytes?: number };
 }
 
 export interface TokenEvent {
-  /** The token, or −1 for a prefill step (only with `yieldDuringPrefill`). */
+  /** The token, or −1 for a prefill step (only with `yieldDuringPrefill`) or a wait (`batched`). */
   id: number;
+  /** Batched generation: this generation waits for the scheduler's next step (Engine.turn()). */
+  wait?: true;
   /** Set on prefill steps: tokens of the prompt fed so far. */
   prefill?: { done: number; total: number };
   /** 0-based index among generated tokens. */
@@ -126,6 +138,14 @@ export interface GenerateOptions {
   speculate?: SpeculateSetting;
   /** Who drafts (default: the prompt-lookup n-gram drafter, src/speculate/ngram.ts). */
   drafter?: Drafter;
+  /**
+   * Run every forward pass through the engine's batch scheduler, together with the other batched
+   * generations (src/batch/scheduler.ts). The generator then yields `wait` events: the caller
+   * awaits `engine.turn()` and calls next() again. Output is bit-identical to an unbatched run.
+   * The prompt is fed in pieces ending at multiples of the chunk, and with a prefix cache the
+   * state at the last such boundary inside the prompt is kept (docs/SERVER.md).
+   */
+  batched?: boolean;
 }
 
 export interface GenerationStats {
@@ -135,7 +155,7 @@ export interface GenerationStats {
   decodeMs: number;
   msPerToken: number;
   stopReason: "length" | "stop" | "cancelled" | "context";
-  io: WeightStats; // counters accumulated during this generation (prefill + decode)
+  io: WeightStats; // counters accumulated during this generation (prefill + decode); batched: its share of each pass
   /** Forward passes after the prefill: one position each, or a verify pass over 1 + drafts. */
   decodeSteps: number;
   /** Tokens the decode passes decided (emitted, or a stop token): decodeSteps plus the accepted
@@ -188,6 +208,29 @@ function refuseOverRam(budget: { bytes: number; source: string }): void {
       "choose a smaller --preset or --ram (k3 plan shows what each one does, for any machine)",
       "or pass --allow-over-ram (EngineOptions.allowOverRam) if you know the memory will be there",
     ]);
+}
+
+/** What a batched generation yields while its pass waits for the scheduler's next step. */
+const WAIT_EVENT: TokenEvent = Object.freeze({ id: -1, index: -1, ms: 0, wait: true as const });
+
+/** Length of the session's tokens when they are a proper prefix of `ids`, else 0. A prefix equal
+ *  to the whole prompt is not reusable: the engine needs at least one new token for logits. */
+export function reusablePrefix(seen: number[], ids: number[]): number {
+  if (seen.length === 0 || seen.length >= ids.length) return 0;
+  for (let i = 0; i < seen.length; i++) if (seen[i] !== ids[i]) return 0;
+  return seen.length;
+}
+
+/**
+ * Prompt tokens of `ids` that `session` already holds, without touching it: all of them when its
+ * tokens (history + pending) are exactly `ids` (a restored session continues), the length of its
+ * tokens when they are a proper prefix of `ids`, else 0 (also for a dirty or closed session).
+ */
+export function heldPrefix(session: Session, ids: number[]): number {
+  if (session.dirty || session.closed) return 0;
+  const tokens = session.tokens;
+  if (session.pending.length > 0 && tokens.length === ids.length && tokens.every((t, i) => t === ids[i])) return ids.length;
+  return reusablePrefix(tokens, ids);
 }
 
 /** Frees a session's C memory if its owner dropped it without close() (backstop, not the plan). */
@@ -288,17 +331,33 @@ export class Engine {
     const context = opts.context ?? DEFAULT_CONTEXT;
     const chunk = opts.chunk ?? DEFAULT_PREFILL_CHUNK;
     const speculate = parseSpeculate(opts.speculate ?? "auto", "speculate");
-    const drafts = speculate === "off" ? 0 : speculate === "auto" ? autoDrafts(chunk) : speculate;
+    let drafts = speculate === "off" ? 0 : speculate === "auto" ? autoDrafts(chunk) : speculate;
+    // With several sessions per pass batched generation does not speculate (speculates()): "auto"
+    // then allocates no verify buffers; an explicit N keeps them (for unbatched generation).
+    const noAutoDrafts = () => {
+      if (speculate === "auto" && parallel > 1) drafts = 0;
+    };
     if (typeof speculate === "number" && 1 + speculate > chunk)
       throw new K3Error("USAGE", `--speculate ${speculate} needs a verify pass of ${1 + speculate} positions, more than the ${chunk}-token chunk`, [`use --chunk ${1 + speculate} or more, or fewer drafts per pass`]);
     let weights: WeightProvider;
     let plan: MemoryPlan | undefined;
+    // Sessions and the prefix cache's RAM tier: sized before the plan, which holds them.
+    let parallel = opts.parallel === "auto" ? DEFAULT_PARALLEL_CAP : (opts.parallel ?? 1);
+    const ramOpt = opts.prefixCache?.ramBytes ?? (opts.prefixCache ? "auto" : 0);
+    let prefixRam = typeof ramOpt === "number" ? ramOpt : parallel * sessionStateBytes(cfg, context);
     if (opts.resident) {
+      noAutoDrafts();
       weights = new ResidentWeights(k, cfg, checkpoint.tensors);
     } else {
       const budget = resolveBudget(opts.preset, opts.ram);
       if (!budget.source.startsWith("auto") && !opts.allowOverRam) refuseOverRam(budget);
       const input = planInputFromCensus(cfg, checkpoint.layout.census, budget.bytes, context, threads.threads, chunk, streamSlots(checkpoint), drafts);
+      if (opts.parallel === "auto") parallel = defaultParallel(input);
+      input.parallel = parallel;
+      noAutoDrafts();
+      input.drafts = drafts;
+      if (ramOpt === "auto") prefixRam = defaultPrefixCacheBytes(input);
+      input.prefixCacheBytes = prefixRam;
       plan = planMemory(input);
       weights = new StreamingWeights(k, checkpoint, {
         pinnedUnits: [...plan.pinnedLayers, ...(plan.head === "resident" ? [cfg.numLayers] : [])],
@@ -314,7 +373,7 @@ export class Engine {
     }
     let model: Model;
     try {
-      model = new Model(k, cfg, weights, chunk, context, drafts);
+      model = new Model(k, cfg, weights, chunk, context, drafts, parallel);
       model.lookahead = opts.lookahead ?? true;
     } catch (err) {
       weights.close();
@@ -322,6 +381,16 @@ export class Engine {
     }
     // The folder actually read (a Hugging Face repo folder resolves to its snapshot).
     const engine = new Engine(checkpoint.dir, checkpoint, k, weights, model, context, threads, plan, speculate);
+    engine.parallel = parallel;
+    engine.batch = new BatchScheduler((parts) => engine.passOver(parts), model.rows, parallel, () => weights.stats());
+    if (opts.prefixCache) {
+      try {
+        engine.prefix = new PrefixCache({ k, fingerprint: engine.fingerprint, modelName: engine.name, vocab: cfg.vocab, ramBytes: prefixRam, dir: opts.prefixCache.dir, diskBytes: opts.prefixCache.diskBytes });
+      } catch (err) {
+        engine.close();
+        throw err;
+      }
+    }
     if (opts.trace) {
       let trace: TraceWriter;
       try {
@@ -337,6 +406,119 @@ export class Engine {
   }
 
   private trace?: TraceWriter;
+  /** Sessions that advance together in one batched pass (EngineOptions.parallel). */
+  parallel = 1;
+  private batch!: BatchScheduler;
+  private prefix?: PrefixCache;
+
+  /**
+   * One batched pass over several sessions' parts (the scheduler's pass function). Each part's
+   * logits are copied out: the next pass reuses the model's buffer.
+   */
+  private passOver(parts: PassPart[]): (Float32Array | Float32Array[] | null)[] {
+    this.alive();
+    if (parts[0]?.verify) {
+      // The scheduler runs a verify pass alone; its rows are copied out like any logits.
+      return [this.model.verify(parts[0].state, parts[0].ids).map((r) => r.slice())];
+    }
+    if (this.trace) {
+      // The trace records one sequence's rows: one session per pass.
+      if (parts.length > 1) throw new K3Error("USAGE", "--trace records one sequence: it cannot be used with batched generation of several sessions");
+      const pos = parts[0]!.state.pos;
+      const out = this.model.forwardBatch(parts);
+      this.trace.flush(pos);
+      return out;
+    }
+    return this.model.forwardBatch(parts);
+  }
+
+  /** Resolves once the batch scheduler's next step has run: what a caller awaits when a batched
+   *  generation yields a `wait` event. */
+  turn(): Promise<void> {
+    return this.batch.turn();
+  }
+
+  /** Batched generation so far: steps, sessions per step, the recent steps. */
+  batchStats(): BatchStats {
+    return this.batch.stats();
+  }
+
+  /** The prefix cache's counters (undefined when the engine has none). */
+  prefixStats(): PrefixCacheStats | undefined {
+    return this.prefix?.stats();
+  }
+
+  /**
+   * Prepare `session` for a prompt of `ids` and return how many of them it already holds (the
+   * caller feeds only the rest):
+   *   - a session whose tokens (history + pending) are exactly `ids` continues (a restored one);
+   *   - a session whose tokens are a proper prefix of `ids` keeps them;
+   *   - the prefix cache may hold a longer prefix (at most ids.length − 1 tokens: one is fed for
+   *     logits): it is restored into the session;
+   *   - otherwise the session starts over.
+   * Before a session's state is replaced, it is offered to the prefix cache (when there is one),
+   * so a conversation that loses its session keeps its prefix. A dirty session starts over.
+   * Output never depends on which case applied (incremental == full recompute).
+   */
+  reusePrefix(session: Session, ids: number[]): number {
+    this.alive();
+    if (session.dirty) session.reset();
+    const own = heldPrefix(session, ids);
+    if (own === ids.length) return own;
+    const tokens = session.tokens;
+    if (this.prefix) {
+      if (own === 0) this.prefix.store(session.state);
+      const restored = this.prefix.restoreLongest(session.state, ids, ids.length - 1, own);
+      if (restored > 0) {
+        session.pending = [];
+        return restored;
+      }
+    }
+    if (own === 0 && tokens.length > 0) session.reset();
+    return own;
+  }
+
+  /**
+   * Whether a batched generation may speculate: only with one session per pass (--parallel 1).
+   * A verify pass's rows, logit rows and rollback scratch are one session's, so it runs alone, and
+   * its accepted drafts must be kept before any other pass runs: with several streams a verify
+   * step would stall the others for what a batch step already gives them (the trunk read once for
+   * every stream in it). docs/SERVER.md, "Speculation".
+   */
+  private speculates(): boolean {
+    return this.parallel === 1;
+  }
+
+  /** A speculative verify pass: direct, or (batched) a verify ticket that runs alone, after which
+   *  the session holds the scheduler until its decided tokens are out (generate releases it). */
+  private *verifyPass(session: Session, ids: number[], batched: boolean, acc: { io: WeightStats }): Generator<TokenEvent, Float32Array[]> {
+    if (!batched) return this.model.verify(session.state, ids);
+    const t = this.batch.submit({ state: session.state, ids, logits: true, verify: true }, "verify");
+    try {
+      while (!t.done) yield WAIT_EVENT;
+    } finally {
+      if (!t.done) this.batch.cancel(t);
+    }
+    if (t.share) acc.io = addStats(acc.io, t.share);
+    if (t.error) throw t.error;
+    this.batch.hold(session.state);
+    return t.rows!;
+  }
+
+  /** One forward of a generation: direct, or (batched) a ticket for the scheduler's next step,
+   *  waited for with `wait` events. The ticket's share of the pass's reads goes to `acc`. */
+  private *pass(session: Session, ids: number[], logits: boolean, kind: TicketKind, batched: boolean, acc: { io: WeightStats }): Generator<TokenEvent, Float32Array | null> {
+    if (!batched) return this.forward(session, ids, logits);
+    const t = this.batch.submit({ state: session.state, ids, logits }, kind);
+    try {
+      while (!t.done) yield WAIT_EVENT;
+    } finally {
+      if (!t.done) this.batch.cancel(t); // abandoned while waiting: the pass never runs it
+    }
+    if (t.share) acc.io = addStats(acc.io, t.share);
+    if (t.error) throw t.error;
+    return t.logits;
+  }
 
   /** Every forward goes through here, so the trace sees every chunk. */
   private forward(session: Session, ids: number[], logits = true): Float32Array | null {
@@ -349,20 +531,34 @@ export class Engine {
   /**
    * Prefill as steps: one model chunk per step, yielding between chunks so a caller can let the
    * event loop run (Ctrl-C, a client disconnect) and stop early; returns the last logits.
+   * Batched: each piece is a scheduler ticket (WAIT_EVENT is yielded until it ran), pieces end at
+   * multiples of the chunk counted from position 0 (so prefix snapshots sit at the same
+   * boundaries whoever fed them), and with a prefix cache the state at the last boundary inside
+   * the prompt is kept.
    */
-  private *prefillSteps(session: Session, ids: number[], onChunk?: (done: number, total: number) => void): Generator<{ done: number; total: number }, Float32Array> {
+  private *prefillSteps(
+    session: Session,
+    ids: number[],
+    onChunk?: (done: number, total: number) => void,
+    batched = false,
+    acc = { io: zeroStats("buffered") },
+  ): Generator<{ done: number; total: number } | TokenEvent, Float32Array> {
     this.alive();
     const all = [...session.pending, ...ids];
     this.model.check(session.state, all); // every id, before the first chunk changes any state
     session.pending = [];
     const C = this.model.chunk;
-    for (let s = 0; ; s += C) {
-      const part = all.slice(s, s + C);
-      const last = s + C >= all.length;
-      const logits = this.forward(session, part, last);
-      onChunk?.(s + part.length, all.length);
+    const p0 = session.state.pos;
+    const keepAt = batched && this.prefix ? Math.floor((p0 + all.length - 1) / C) * C : -1;
+    for (let s = 0; ; ) {
+      const end = batched ? Math.min(all.length, (Math.floor((p0 + s) / C) + 1) * C - p0) : Math.min(all.length, s + C);
+      const last = end >= all.length;
+      const logits = yield* this.pass(session, all.slice(s, end), last, "prefill", batched, acc);
+      s = end;
+      onChunk?.(s, all.length);
+      if (p0 + s === keepAt) this.prefix!.store(session.state);
       if (last) return logits!;
-      yield { done: s + part.length, total: all.length };
+      yield { done: s, total: all.length };
     }
   }
 
@@ -425,24 +621,40 @@ export class Engine {
    */
   *generate(session: Session, prompt: number[], opts: GenerateOptions): Generator<TokenEvent, GenerationStats> {
     const stop = new Set(opts.stopIds ?? []);
+    const batched = opts.batched ?? false;
     const before = this.weights.stats();
+    // Batched: this generation's share of each pass; else everything read while it ran.
+    const acc = { io: zeroStats(before.ioMode) };
+    const ioSoFar = () => (batched ? acc.io : diffStats(this.weights.stats(), before));
     const t0 = performance.now();
     const promptTokens = session.pending.length + prompt.length;
     if (promptTokens === 0) throw new K3Error("USAGE", "nothing to generate from: the prompt is empty");
     if (session.position + promptTokens > this.context)
       throw new K3Error("CONTEXT", `prompt of ${promptTokens} tokens does not fit the context limit (${this.context} tokens, ${session.position} used)`);
     // Before any model work: a request asking for more drafts than the engine has room for is refused.
-    const spec = this.speculator(session, opts);
-    const steps = this.prefillSteps(session, prompt, opts.onPrefill);
+    const speculator = this.speculator(session, opts);
+    // Batched generations speculate only where a verify pass cannot hold up others (speculates()).
+    const spec = batched && !this.speculates() ? undefined : speculator;
+    const steps = this.prefillSteps(session, prompt, opts.onPrefill, batched, acc);
     let step = steps.next();
-    while (!step.done) {
-      // Between prefill chunks: let the caller breathe (event loop) and honour a stop request.
-      if (opts.yieldDuringPrefill) yield { id: -1, index: -1, ms: 0, prefill: step.value };
-      if (opts.shouldStop?.()) break;
-      step = steps.next();
+    try {
+      while (!step.done) {
+        if (step.value === WAIT_EVENT) {
+          yield WAIT_EVENT;
+          step = steps.next();
+          continue;
+        }
+        // Between prefill chunks: let the caller breathe (event loop) and honour a stop request.
+        if (opts.yieldDuringPrefill) yield { id: -1, index: -1, ms: 0, prefill: step.value as { done: number; total: number } };
+        if (opts.shouldStop?.()) break;
+        step = steps.next();
+      }
+    } finally {
+      // Abandoned while a piece waited for its step: withdraw the ticket (pass()'s finally).
+      if (!step.done) steps.return(undefined as never);
     }
     const prefillMs = performance.now() - t0;
-    const run = { promptTokens, prefillMs, before, afterPrefill: this.weights.stats(), generated: 0, decodeSteps: 0, extraTokens: 0, decodeMs: 0, spec };
+    const run = { promptTokens, prefillMs, io: ioSoFar, afterPrefill: ioSoFar(), generated: 0, decodeSteps: 0, extraTokens: 0, decodeMs: 0, spec };
     // Stopped inside the prefill: the tokens fed so far stay in the session, the rest never entered
     // it (no token was produced, so no time per token either).
     if (!step.done) return { ...this.generationStats(run, "cancelled"), msPerToken: 0 };
@@ -496,6 +708,8 @@ export class Engine {
           break;
         }
         if (next < decided.length) continue;
+        // Every decided token is out: other sessions' passes may run again (verifyPass held them).
+        if (batched) this.batch.release(session.state);
         // The next decode pass: the pending token alone, or with drafts (a verify pass).
         flushTrace();
         const s = performance.now();
@@ -503,12 +717,12 @@ export class Engine {
         const bytesBefore = this.weights.stats();
         let accepted = 0;
         if (draft.tokens.length === 0) {
-          logits = this.forward(session, session.pending.splice(0))!;
+          logits = (yield* this.pass(session, session.pending.splice(0), true, "decode", batched, acc))!;
           decided = [];
         } else {
           const pos0 = session.position;
           const ids = [...session.pending.splice(0), ...draft.tokens];
-          const rows = this.model.verify(session.state, ids);
+          const rows = yield* this.verifyPass(session, ids, batched, acc);
           traced = pos0;
           const row = (i: number) => {
             this.pick(rows[i]!, undefined, run.generated + i, pos0 + i); // every row used is checked finite
@@ -526,6 +740,7 @@ export class Engine {
       }
     } finally {
       flushTrace();
+      if (batched) this.batch.release(session.state);
     }
     return this.generationStats(run, stopReason);
   }
@@ -574,13 +789,14 @@ export class Engine {
     return sampler ? sampler.sample(logits) : greedy;
   }
 
-  /** A generation's figures: counters over the whole run, and per decode step after the prefill. */
+  /** A generation's figures: counters over the whole run (`io()`: batched, its share of each
+   *  pass), and per decode step after the prefill. */
   private generationStats(
-    run: { promptTokens: number; prefillMs: number; before: WeightStats; afterPrefill: WeightStats; generated: number; decodeSteps: number; extraTokens: number; decodeMs: number; spec?: Speculator },
+    run: { promptTokens: number; prefillMs: number; io: () => WeightStats; afterPrefill: WeightStats; generated: number; decodeSteps: number; extraTokens: number; decodeMs: number; spec?: Speculator },
     stopReason: GenerationStats["stopReason"],
   ): GenerationStats {
-    const after = this.weights.stats();
-    const dec = diffStats(after, run.afterPrefill);
+    const io = run.io();
+    const dec = diffStats(io, run.afterPrefill);
     // Per token decided by a decode pass: one per pass, plus the accepted drafts that were used.
     const decided = run.decodeSteps + run.extraTokens;
     const per = (x: number) => (decided > 0 ? x / decided : 0);
@@ -591,7 +807,7 @@ export class Engine {
       decodeMs: run.decodeMs,
       msPerToken: decided > 0 ? run.decodeMs / decided : run.prefillMs,
       stopReason,
-      io: diffStats(after, run.before),
+      io,
       decodeSteps: run.decodeSteps,
       decodedTokens: decided,
       ioPerToken: {
@@ -630,22 +846,6 @@ export class Engine {
 /** Trunk and expert bytes read between two snapshots. */
 function bytesSince(a: WeightStats, b: WeightStats): [number, number] {
   return [a.trunkBytesRead - b.trunkBytesRead, a.expertBytesRead - b.expertBytesRead];
-}
-
-function diffStats(a: WeightStats, b: WeightStats): WeightStats {
-  return {
-    trunkBytesRead: a.trunkBytesRead - b.trunkBytesRead,
-    expertBytesRead: a.expertBytesRead - b.expertBytesRead,
-    reads: a.reads - b.reads,
-    expertRequests: a.expertRequests - b.expertRequests,
-    expertHits: a.expertHits - b.expertHits,
-    lookaheadIssued: a.lookaheadIssued - b.lookaheadIssued,
-    lookaheadUsed: a.lookaheadUsed - b.lookaheadUsed,
-    ioWaitMs: a.ioWaitMs - b.ioWaitMs,
-    verifyMs: a.verifyMs - b.verifyMs,
-    directIo: a.directIo,
-    ioMode: a.ioMode,
-  };
 }
 
 /** The model produced NaN or ±inf logits: broken weights. Never pick a token from them. */

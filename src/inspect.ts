@@ -5,9 +5,9 @@ export { describeCheckpoint, describeMetadata, renderInfo } from "./checkpoint/d
 export { catalogueFromMetadata, openCheckpoint } from "./checkpoint/catalogue.ts";
 export { openCheckpointCached } from "./checkpoint/index-cache.ts";
 export { computeCensus } from "./checkpoint/census.ts";
-export { DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, planInputFromCensus, planMemory, type MemoryPlan, type PlanInput, type StreamSlots } from "./memory/plan.ts";
+export { DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, defaultParallel, defaultPrefixCacheBytes, planInputFromCensus, planMemory, type MemoryPlan, type PlanInput, type StreamSlots } from "./memory/plan.ts";
 export { streamSlots } from "./memory/slots.ts";
-export { gib, PRESETS, resolveBudget } from "./memory/ram.ts";
+export { gib, parseSize, PRESETS, resolveBudget } from "./memory/ram.ts";
 export { ALL_POLICIES, isPolicyName, nextUseTable } from "./memory/policy/index.ts";
 export { parseSlotList, simulateCache, type SimResult } from "./memory/simulate.ts";
 export { parseTrace, traceKeys } from "./memory/trace.ts";

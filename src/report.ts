@@ -3,7 +3,7 @@
 // and GET /k3/stats carry the same fields under the same names: snake_case (as the OpenAI API
 // writes its own), times in ms, bytes in bytes. The one-line summary on stderr is here too.
 // Field meanings: docs/CLI.md ("Stats") and docs/CACHE.md (the counters).
-import type { Engine, GenerationStats, WeightStats } from "./engine.ts";
+import type { BatchStats, Engine, GenerationStats, PrefixCacheStats, WeightStats } from "./engine.ts";
 import { formatBytes } from "./format.ts";
 
 const round2 = (x: number) => Math.round(x * 100) / 100;
@@ -105,4 +105,45 @@ export function statsLine(s: GenerationStats, threads: number, finishReason: str
   ]
     .filter(Boolean)
     .join(" · ");
+}
+
+/** Batched generation (Engine.batchStats()): steps, sessions per step, the recent steps. */
+export function batchStatsJson(b: BatchStats) {
+  return {
+    steps: b.steps,
+    rows: b.rows,
+    // Index n: steps that carried n sessions.
+    sessions_per_step: b.sessionsPerStep,
+    decode_tokens: b.decodeTokens,
+    prefill_tokens: b.prefillTokens,
+    bytes_read: b.bytesRead,
+    waiting: b.waiting,
+    recent_steps: b.recent.map((r) => ({ at: r.at, sessions: r.sessions, decode_rows: r.decodeRows, prefill_rows: r.prefillRows, bytes_read: r.bytesRead, ms: r.ms })),
+  };
+}
+
+/**
+ * The prefix cache's counters (null without one), and an estimate of the weight bytes its hits
+ * saved: prompt tokens restored × the weight bytes batched passes read per prefill token so far
+ * (each pass's bytes split by rows), i.e. what feeding those tokens would most likely have cost.
+ */
+export function prefixCacheJson(p: PrefixCacheStats | undefined, b: BatchStats) {
+  if (!p) return null;
+  const perPrefillToken = b.prefillTokens > 0 ? b.prefillBytesRead / b.prefillTokens : 0;
+  return {
+    lookups: p.lookups,
+    hits: p.hits,
+    ram_hits: p.ramHits,
+    disk_hits: p.diskHits,
+    tokens_saved: p.tokensSaved,
+    estimated_weight_bytes_saved: Math.round(p.tokensSaved * perPrefillToken),
+    state_bytes_restored: p.bytesRestored,
+    stores: p.stores,
+    dropped: p.dropped,
+    write_failures: p.writeFailures,
+    evicted_ram: p.evictedRam,
+    evicted_disk: p.evictedDisk,
+    ram: { entries: p.ramEntries, bytes: p.ramBytes, cap_bytes: p.ramCapBytes },
+    disk: { entries: p.diskEntries, bytes: p.diskBytes, cap_bytes: p.diskCapBytes },
+  };
 }

@@ -174,6 +174,14 @@ function scriptedEngine(tok: Tokenizer, dir: string, script: number[]) {
     context: 4096,
     tokenizerDir: dir,
     tokenizer: () => tok,
+    // Engine.reusePrefix's own-session cases (no prefix cache here).
+    reusePrefix(session: FakeSession, ids: number[]) {
+      const t = session.tokens;
+      if (session.pending.length > 0 && t.length === ids.length && t.every((x, i) => x === ids[i])) return ids.length;
+      const n = reusablePrefix(t, ids);
+      if (n === 0 && t.length > 0) session.reset();
+      return n;
+    },
     *generate(session: FakeSession, prompt: number[], opts: { maxTokens: number; stopIds?: number[]; shouldStop?: () => boolean }) {
       fed.push([...session.pending, ...prompt]);
       session.history.push(...session.pending, ...prompt);

@@ -22,9 +22,15 @@
 //    never resident: 2.3 GB resident would buy 14 KB of reads per token, the same bytes buy
 //    ~130 expert slots.
 //  - Every disk buffer is sized for an O_DIRECT read widened to 4096-byte alignment.
+//  - Parallel sessions (`parallel`, k3 serve): each holds its own KDA state and an MLA cache for
+//    the whole context; one pass carries a decode row per session plus a prefill chunk, so the
+//    scratch has chunk + parallel − 1 rows and parallel logit rows (src/model/buffers.ts
+//    passShape). Sessions come before the trunk: each one costs pins (or expert slots) at every
+//    budget, and buys one more stream per trunk read (docs/PLAN.md, the trade-off).
+//  - The prefix cache's RAM tier (`prefixCacheBytes`) is a fixed item like the sessions.
 import { K3Error } from "../errors.ts";
 import type { ModelConfig } from "../checkpoint/types.ts";
-import { autoDrafts, forwardBufferBytes, kdaStateBytes, mlaCacheBytes } from "../model/buffers.ts";
+import { autoDrafts, forwardBufferBytes, kdaStateBytes, mlaCacheBytes, passShape } from "../model/buffers.ts";
 import { embedRowBufferBytes } from "./embed-rows.ts";
 import { gib } from "./ram.ts";
 
@@ -34,6 +40,15 @@ export const RUNTIME_HEADROOM_BYTES = 384 * 2 ** 20;
 export const IO_ALIGN = 4096;
 export const DEFAULT_PREFILL_CHUNK = 32;
 export const DEFAULT_CONTEXT = 4096;
+/** Sessions `k3 serve` runs at once when the budget allows and nothing else is asked: past ~4,
+ *  a step's distinct experts (≈ streams × top-k per layer) grow as fast as the streams, so only
+ *  the trunk's share keeps amortising, while every session costs its state (docs/PLAN.md). */
+export const DEFAULT_PARALLEL_CAP = 4;
+/** The most sessions one engine runs at once (a pass has a logit row per session). */
+export const MAX_PARALLEL = 64;
+/** The prefix cache's default RAM tier: at most this share of the budget (and at most one
+ *  full-context snapshot per parallel session, and never below the floor). */
+export const PREFIX_CACHE_BUDGET_SHARE = 0.1;
 
 /**
  * Buffer sizes the streaming provider allocates for each trunk unit (layers 0..N−1, then the
@@ -59,6 +74,8 @@ export interface PlanInput {
   prefillChunk?: number; // tokens per forward pass (sizes the scratch)
   slots?: StreamSlots; // default: censusSlots (one aligned read per unit and per expert)
   drafts?: number; // most drafts per speculative verify pass (sizes its scratch); default autoDrafts(chunk)
+  parallel?: number; // sessions held at once, each with its own state (default 1)
+  prefixCacheBytes?: number; // the prefix cache's RAM tier (default 0)
 }
 
 /** The planner's input from a byte census (checkpoint or release metadata). */
@@ -71,6 +88,7 @@ export function planInputFromCensus(
   prefillChunk?: number,
   slots?: StreamSlots,
   drafts?: number,
+  sessions: { parallel?: number; prefixCacheBytes?: number } = {},
 ): PlanInput {
   return {
     cfg,
@@ -85,6 +103,7 @@ export function planInputFromCensus(
     prefillChunk,
     slots,
     drafts,
+    ...sessions,
   };
 }
 
@@ -107,6 +126,8 @@ export interface MemoryPlan {
   contextTokens: number;
   threads: number;
   prefillChunk: number;
+  parallel: number; // sessions held at once
+  prefixCacheBytes: number; // the prefix cache's RAM tier
   items: PlanItem[]; // every allocation; Σ bytes = totalBytes
   totalBytes: number;
   freeBytes: number; // budget − total (less than one expert slot unless the cache holds every expert)
@@ -149,27 +170,46 @@ function trunkUnits(input: PlanInput): TrunkUnit[] {
   return units.sort((a, b) => b.slotBytes - a.slotBytes || (a.layer ?? Infinity) - (b.layer ?? Infinity));
 }
 
+/** Sessions the input asks for, checked. */
+function parallelOf(input: PlanInput): number {
+  const p = input.parallel ?? 1;
+  if (!Number.isInteger(p) || p < 1 || p > MAX_PARALLEL) throw new K3Error("USAGE", `--parallel must be an integer from 1 to ${MAX_PARALLEL}, got ${p}`);
+  return p;
+}
+
+/** Bytes of one session's state (KDA state and conv history, MLA cache for the whole context). */
+export function sessionStateBytes(cfg: ModelConfig, contextTokens: number): number {
+  const kdaLayers = cfg.layerKinds.filter((k) => k === "kda").length;
+  const mlaLayers = cfg.layerKinds.filter((k) => k === "mla").length;
+  return kdaLayers * kdaStateBytes(cfg) + mlaLayers * mlaCacheBytes(cfg, contextTokens);
+}
+
 /** Allocations that do not depend on the pin/stream choice (the expert floor is added apart). */
 function fixedItems(input: PlanInput, chunk: number): PlanItem[] {
   const { cfg, contextTokens } = input;
   const drafts = input.drafts ?? autoDrafts(chunk);
+  const P = parallelOf(input);
+  const prefix = input.prefixCacheBytes ?? 0;
+  if (!Number.isSafeInteger(prefix) || prefix < 0) throw new K3Error("USAGE", `the prefix cache's RAM size must be ≥ 0 bytes, got ${prefix}`);
   const kdaLayers = cfg.layerKinds.filter((k) => k === "kda").length;
   const mlaLayers = cfg.layerKinds.filter((k) => k === "mla").length;
+  const per = P === 1 ? "" : `, × ${P} sessions`;
   return [
     { name: "runtime", bytes: RUNTIME_HEADROOM_BYTES, note: "bun, catalogue, tokenizer, GC headroom" },
     { name: "embedding", bytes: embedRowBufferBytes(cfg), note: `one row buffer: rows gathered from disk (${gib(input.embedBytes)} not resident)` },
-    { name: "KDA state", bytes: kdaLayers * kdaStateBytes(cfg), count: kdaLayers, note: "H·D·D + conv history, f32, per KDA layer" },
+    { name: "KDA state", bytes: P * kdaLayers * kdaStateBytes(cfg), count: P * kdaLayers, note: `H·D·D + conv history, f32, per KDA layer${per}` },
     {
       name: "MLA cache",
-      bytes: mlaLayers * mlaCacheBytes(cfg, contextTokens),
-      count: mlaLayers,
-      note: `${cfg.kvLoraRank + cfg.qkRope} f32 × ${contextTokens} positions per MLA layer`,
+      bytes: P * mlaLayers * mlaCacheBytes(cfg, contextTokens),
+      count: P * mlaLayers,
+      note: `${cfg.kvLoraRank + cfg.qkRope} f32 × ${contextTokens} positions per MLA layer${per}`,
     },
     {
       name: "scratch",
-      bytes: forwardBufferBytes(cfg, { rows: chunk, logitRows: 1 + drafts, context: contextTokens, drafts }),
-      note: `forward-pass buffers (src/model/buffers.ts) for ${chunk}-token chunks${drafts > 0 ? `, verify passes of up to ${drafts} drafts` : ""}`,
+      bytes: forwardBufferBytes(cfg, passShape(chunk, P, contextTokens, drafts)),
+      note: `forward-pass buffers (src/model/buffers.ts) for ${chunk}-token chunks${P === 1 ? "" : ` + ${P - 1} decode rows`}${drafts > 0 ? `, verify passes of up to ${drafts} drafts` : ""}`,
     },
+    ...(prefix > 0 ? [{ name: "prefix cache", bytes: prefix, note: "RAM tier: session snapshots keyed by token prefix" }] : []),
   ];
 }
 
@@ -214,10 +254,13 @@ export function planMemory(input: PlanInput): MemoryPlan {
   const floor = floorBytes(input, chunk);
   if (floor > budgetBytes) {
     const maxContext = maxContextAt(input, chunk);
-    throw new K3Error("BUDGET", `RAM budget ${gib(budgetBytes)} is below the floor ${gib(floor)} for a ${contextTokens}-token context`, [
+    const sessions = parallelOf(input) > 1 ? ` and ${parallelOf(input)} sessions` : "";
+    throw new K3Error("BUDGET", `RAM budget ${gib(budgetBytes)} is below the floor ${gib(floor)} for a ${contextTokens}-token context${sessions}`, [
       `need ${floor} bytes (${gib(floor)}): whole trunk streamed through 1 ring slot, ${cfg.topK} expert slots`,
       `usable ${budgetBytes} bytes (${gib(budgetBytes)})`,
       maxContext > 0 ? `at this budget the context could be at most ${maxContext} tokens (--context ${maxContext})` : "no context length fits this budget",
+      ...(parallelOf(input) > 1 ? [`${parallelOf(input)} parallel sessions: at most ${maxParallelAt(input, chunk)} fit this budget (--parallel)`] : []),
+      ...((input.prefixCacheBytes ?? 0) > 0 ? [`the prefix cache's RAM tier takes ${gib(input.prefixCacheBytes!)}`] : []),
     ]);
   }
 
@@ -267,6 +310,7 @@ export function planMemory(input: PlanInput): MemoryPlan {
   if (totalBytes > budgetBytes) throw new K3Error("INTERNAL", `plan sums to ${totalBytes} over the budget ${budgetBytes}`);
   return {
     budgetBytes, contextTokens, threads, prefillChunk: chunk,
+    parallel: parallelOf(input), prefixCacheBytes: input.prefixCacheBytes ?? 0,
     items, totalBytes, freeBytes: budgetBytes - totalBytes,
     pinnedLayers, streamedLayers,
     head: headResident ? "resident" : "streamed",
@@ -295,4 +339,32 @@ export function maxContextAt(input: PlanInput, chunk = input.prefillChunk ?? DEF
     else hi = mid;
   }
   return lo;
+}
+
+/** Most sessions (≤ MAX_PARALLEL) whose floor fits the budget at this context (0 if none). */
+export function maxParallelAt(input: PlanInput, chunk = input.prefillChunk ?? DEFAULT_PREFILL_CHUNK): number {
+  let best = 0;
+  for (let p = 1; p <= MAX_PARALLEL; p++) {
+    if (floorBytes({ ...input, parallel: p }, chunk) > input.budgetBytes) break;
+    best = p;
+  }
+  return best;
+}
+
+/** `k3 serve`'s default: what the budget allows, at most DEFAULT_PARALLEL_CAP (1 when even one
+ *  does not fit: planMemory then refuses with the numbers). */
+export function defaultParallel(input: PlanInput): number {
+  return Math.max(1, Math.min(DEFAULT_PARALLEL_CAP, maxParallelAt(input)));
+}
+
+/**
+ * The prefix cache's default RAM tier for `input.parallel` sessions: one full-context snapshot
+ * per session, at most PREFIX_CACHE_BUDGET_SHARE of the budget, and only what is left above the
+ * floor (0 when nothing is). The disk tier (--prefix-cache-dir) holds more.
+ */
+export function defaultPrefixCacheBytes(input: PlanInput, chunk = input.prefillChunk ?? DEFAULT_PREFILL_CHUNK): number {
+  const P = parallelOf(input);
+  const above = input.budgetBytes - floorBytes({ ...input, prefixCacheBytes: 0 }, chunk);
+  const want = Math.min(P * sessionStateBytes(input.cfg, input.contextTokens), Math.floor(PREFIX_CACHE_BUDGET_SHARE * input.budgetBytes));
+  return Math.max(0, Math.min(want, above));
 }

@@ -31,6 +31,16 @@ export const DEFAULT_MAX_DRAFTS = 8;
 /** Drafts per pass `--speculate auto` has room for: a verify pass (1 + drafts rows) fits a chunk. */
 export const autoDrafts = (chunk: number): number => Math.max(0, Math.min(DEFAULT_MAX_DRAFTS, chunk - 1));
 
+/**
+ * The shape of a model's passes: a prefill chunk plus one decode row for each other session
+ * (a newcomer's chunk rides with the running streams' decode steps: src/batch/scheduler.ts); a
+ * logit row per session, or 1 + drafts for a speculative verify pass (one session alone). One
+ * session without speculation: `chunk` rows, one logit row.
+ */
+export function passShape(chunk: number, parallel: number, context: number, drafts = 0): ForwardShape {
+  return { rows: chunk + parallel - 1, logitRows: Math.max(parallel, 1 + drafts), context, drafts };
+}
+
 type Elements = (c: ModelConfig, s: ForwardShape) => number;
 interface Spec {
   elements: Elements;

@@ -5,8 +5,15 @@
 // are summed per token in router rank order. So decoding token n equals recomputing the prefix,
 // bit for bit (test/model.test.ts).
 //
+// Several sessions in one pass (`forwardBatch`, the batch scheduler's pass): the rows of a pass
+// are segments, one per session, laid end to end. Every kernel's rows are independent (k3.h), so
+// a row computes the same bits whatever else is in the pass; only three things are routed per
+// segment: KDA (its session's conv history and recurrent state), MLA (its session's cache and
+// position) and the final logits (each segment's last row). The trunk is read once per pass and
+// each distinct expert once, whatever the number of sessions.
+//
 // Scratch buffers: the typed table of src/model/buffers.ts (the planner sums the same table),
-// sized for `chunk` rows and 1 + `drafts` logit rows.
+// sized for `chunk` + parallel − 1 rows and max(parallel, 1 + `drafts`) logit rows (passShape).
 //
 // Speculative verify pass (docs/SPECULATION.md): `verify(state, [x, d_1 … d_k])` runs one pass
 // over 1 + k positions (the trunk read once, each distinct expert once) with logits at every
@@ -24,7 +31,7 @@
 import { K3Error } from "../errors.ts";
 import type { ModelConfig } from "../checkpoint/types.ts";
 import { kernelLimits, K3_STATUS, type Kernels } from "../kernels.ts";
-import { allocForwardBuffers, bankSlots, draftInputWidth, type ForwardBuffers, type ForwardShape } from "./buffers.ts";
+import { allocForwardBuffers, bankSlots, draftInputWidth, passShape, type ForwardBuffers } from "./buffers.ts";
 import { at, CBuffers, type Addr, type CBuf } from "./cmem.ts";
 import type { SessionState } from "./state.ts";
 import type { LayerRef, WeightProvider } from "./weights.ts";
@@ -33,6 +40,20 @@ const F = 4; // bytes per f32
 
 /** Experts per layer the lookahead asks for (STREAMING.md §2: top-6 right 81% of the time). */
 export const LOOKAHEAD_EXPERTS = 6;
+
+/** One session's rows in a pass: its tokens, and whether its last row needs logits. */
+export interface Segment {
+  state: SessionState;
+  ids: number[];
+  logits?: boolean;
+}
+
+/** A segment placed in the pass: rows [row0, row0 + ids.length); `verify`: a speculative verify
+ *  segment (rows 1.. are drafts, see the header). */
+interface Placed extends Segment {
+  row0: number;
+  verify?: boolean;
+}
 
 /** Which experts each token of a chunk uses, as the router decided (for traces and stats). */
 export type RoutingRecord = (layer: number, idx: Int32Array, T: number, K: number) => void;
@@ -64,8 +85,10 @@ export class Model {
   private yView: Float32Array;
   /** Optional observer of routing decisions (the --trace recorder). */
   onRouting?: RoutingRecord;
-  /** Router lookahead during decode (T = 1): exact by construction, it only moves reads earlier. */
+  /** Router lookahead during decode (one row per session): exact by construction, it only moves reads earlier. */
   lookahead = false;
+  /** Rows one pass holds (src/model/buffers.ts passShape). */
+  readonly rows: number;
 
   /** KDA layer L's index among KDA layers (rows of spec_inputs), −1 for MLA layers. */
   private readonly kdaIndex: number[];
@@ -80,15 +103,19 @@ export class Model {
     readonly maxContext: number,
     /** The most drafted positions one verify pass may check (0: no speculation buffers). */
     readonly drafts = 0,
+    /** Sessions one pass may carry (a logit row each, and a decode row each besides a chunk). */
+    readonly parallel = 1,
   ) {
     if (!Number.isInteger(chunk) || chunk < 1) throw new K3Error("USAGE", `prefill chunk must be ≥ 1, got ${chunk}`);
     if (!Number.isInteger(drafts) || drafts < 0) throw new K3Error("USAGE", `drafts per pass must be an integer ≥ 0, got ${drafts}`);
+    if (!Number.isInteger(parallel) || parallel < 1) throw new K3Error("USAGE", `parallel sessions must be ≥ 1, got ${parallel}`);
     if (1 + drafts > chunk) throw new K3Error("USAGE", `a verify pass of 1 + ${drafts} positions does not fit a ${chunk}-token chunk`, [`use --chunk ${1 + drafts} or more, or fewer drafts per pass`]);
     checkKernelLimits(k, cfg);
     let kdas = 0;
     this.kdaIndex = cfg.layerKinds.map((kind) => (kind === "kda" ? kdas++ : -1));
     this.mem = new CBuffers(k);
-    const shape: ForwardShape = { rows: chunk, logitRows: 1 + drafts, context: maxContext, drafts };
+    const shape = passShape(chunk, parallel, maxContext, drafts);
+    this.rows = shape.rows;
     try {
       this.b = allocForwardBuffers(this.mem, cfg, shape);
     } catch (err) {
@@ -136,11 +163,11 @@ export class Model {
       for (let s = 0; s < ids.length; s += this.chunk) {
         const part = ids.slice(s, s + this.chunk);
         this.w.setHeadNext?.(wantLogits && s + this.chunk >= ids.length);
-        this.forwardChunk(state, part);
+        this.forwardSegments([{ state, ids: part, row0: 0 }]);
         lastT = part.length;
       }
       if (!wantLogits) return null;
-      this.finalLogits(lastT);
+      this.finalLogits([lastT - 1]);
       return this.logitsView;
     } catch (err) {
       // A chunk that failed part-way has moved some layers' recurrent state: never reuse it silently.
@@ -162,8 +189,8 @@ export class Model {
     try {
       this.w.setHeadNext?.(true);
       const pos0 = state.pos;
-      this.forwardChunk(state, ids, true);
-      this.finalLogitsAllRows(ids.length);
+      this.forwardSegments([{ state, ids, row0: 0, verify: true }]);
+      this.finalLogits(ids.map((_, t) => t));
       this.pass = { state, ids: ids.slice(), pos0, kept: 0 };
     } catch (err) {
       state.dirty = true;
@@ -222,12 +249,53 @@ export class Model {
     return this.b.spec_inputs.ptr + (li * this.drafts + j) * draftInputWidth(this.cfg) * F;
   }
 
-  /** AttnRes snapshots the last chunk left in the bank (the final mix reads them). */
-  private nBankFinal = 0;
+  /**
+   * One pass over several sessions' tokens (at most `rows` in all, at most `parallel` sessions,
+   * each session once): every segment advances exactly as if it ran alone (same bits). Returns,
+   * per segment, its last row's logits (a copy) or null when it asked for none. Every segment is
+   * checked before any state changes; a failure part-way marks every segment's session dirty.
+   */
+  forwardBatch(segments: Segment[]): (Float32Array | null)[] {
+    if (segments.length === 0) return [];
+    if (segments.length > this.parallel) throw new K3Error("INTERNAL", `a pass of ${segments.length} sessions, the model has logit rows for ${this.parallel}`);
+    const placed: Placed[] = [];
+    let rows = 0;
+    for (const seg of segments) {
+      this.check(seg.state, seg.ids);
+      if (placed.some((p) => p.state === seg.state)) throw new K3Error("INTERNAL", "one session twice in a pass");
+      placed.push({ state: seg.state, ids: seg.ids, logits: seg.logits, row0: rows });
+      rows += seg.ids.length;
+    }
+    if (rows > this.rows) throw new K3Error("INTERNAL", `a pass of ${rows} rows, the model holds ${this.rows}`);
+    this.pass = undefined;
+    const wanted = placed.filter((p) => p.logits);
+    try {
+      this.w.setHeadNext?.(wanted.length > 0);
+      this.forwardSegments(placed);
+      if (wanted.length === 0) return placed.map(() => null);
+      this.finalLogits(wanted.map((p) => p.row0 + p.ids.length - 1));
+    } catch (err) {
+      for (const p of placed) p.state.dirty = true;
+      throw err;
+    }
+    const V = this.cfg.vocab;
+    const all = this.b.logits.f32();
+    return placed.map((p) => {
+      const i = wanted.indexOf(p);
+      return i < 0 ? null : all.slice(i * V, (i + 1) * V);
+    });
+  }
 
-  private forwardChunk(state: SessionState, ids: number[], verify = false): void {
+  /** AttnRes snapshots the last pass left in the bank, and its rows (the final mix reads them). */
+  private nBankFinal = 0;
+  private rowsFinal = 0;
+
+  /** One pass: the segments' rows end to end (each segment's session advances by its tokens; a
+   *  verify segment by its first only: keep() takes the drafted ones). */
+  private forwardSegments(segs: Placed[]): void {
     const k = this.k;
     const c = this.cfg;
+    const ids = segs.flatMap((s) => s.ids);
     const T = ids.length;
     const E = c.hidden;
     const b = this.b;
@@ -250,8 +318,8 @@ export class Model {
         }
         // 4. a = Attention(RMSNorm(h, input_layernorm))
         this.norm(lw.t("input_layernorm.weight").ptr, b.h.ptr, b.xn.ptr, T);
-        if (c.layerKinds[L] === "kda") this.kda(lw, state, L, T, verify);
-        else this.mla(lw, state, L, T);
+        if (c.layerKinds[L] === "kda") this.kda(lw, segs, L, T);
+        else this.mla(lw, segs, L, T);
         // 5. P = (P is none) ? a : P + a
         if (pNone) k.k3_mem_copy(b.P.ptr, b.a.ptr, rowsBytes);
         else k.k3_add(b.P.ptr, b.a.ptr, T * E);
@@ -266,58 +334,61 @@ export class Model {
       } finally {
         this.w.releaseLayer(L);
       }
-      if (this.lookahead && T === 1) this.lookaheadRouter(L + 1);
+      // Lookahead in decode steps only (one row per session): STREAMING.md §3, it does not pay in prefill.
+      if (this.lookahead && T === segs.length) this.lookaheadRouter(L + 1, T);
     }
     this.nBankFinal = nBank;
-    // A verify pass keeps its first position now, the drafted ones through keep().
-    const kept = verify ? 1 : T;
-    state.pos += kept;
-    for (let t = 0; t < kept; t++) state.history.push(ids[t]!);
+    this.rowsFinal = T;
+    for (const seg of segs) {
+      // A verify segment keeps its first position now, the drafted ones through keep().
+      const kept = seg.verify ? 1 : seg.ids.length;
+      seg.state.pos += kept;
+      for (let t = 0; t < kept; t++) seg.state.history.push(seg.ids[t]!);
+    }
   }
 
   /**
    * Run layer L's router on the previous layer's output P (instead of its own mixed, normed
-   * input) and start reading its likely experts. Only when L's trunk is already in memory; the
-   * real router still decides which experts run, so this never changes a bit of the output.
+   * input) for the pass's T decode rows and start reading their likely experts (the union of each
+   * row's top LOOKAHEAD_EXPERTS, in row order). Only when L's trunk is already in memory; the real
+   * router still decides which experts run, so this never changes a bit of the output.
    */
-  private lookaheadRouter(L: number): void {
+  private lookaheadRouter(L: number, T: number): void {
     const c = this.cfg;
     if (L >= c.numLayers || L < c.firstKDense || !this.w.peekLayer || !this.w.hintExperts) return;
     const lw = this.w.peekLayer(L);
     if (!lw) return;
-    this.norm(lw.t("post_attention_layernorm.weight").ptr, this.b.P.ptr, this.b.xn.ptr, 1);
-    this.route(lw, 1);
-    this.w.hintExperts(L, Array.from(this.idxView.subarray(0, Math.min(LOOKAHEAD_EXPERTS, c.topK))));
+    this.norm(lw.t("post_attention_layernorm.weight").ptr, this.b.P.ptr, this.b.xn.ptr, T);
+    this.route(lw, T);
+    const n = Math.min(LOOKAHEAD_EXPERTS, c.topK);
+    const hint = new Set<number>();
+    for (let t = 0; t < T; t++) for (const e of this.idxView.subarray(t * c.topK, t * c.topK + n)) hint.add(e);
+    this.w.hintExperts(L, [...hint]);
   }
 
-  /** Final model-level mix, norm and lm_head, for the last row of the last chunk only. */
-  private finalLogits(T: number): void {
+  /**
+   * Final model-level mix, norm and lm_head for the given rows of the last pass (each segment's
+   * last row; every row of a verify pass): logits row i is rows[i]'s. Rows are gathered first
+   * (bank snapshots into final_bank [n][R][E], P into final_x), so each is computed exactly as it
+   * would be alone.
+   */
+  private finalLogits(rows: number[]): void {
     const k = this.k;
     const c = this.cfg;
     const E = c.hidden;
     const b = this.b;
     const head = this.w.head();
-    const t = T - 1;
-    // The bank for one token: gather token t's snapshots into [n][1][E].
+    const R = rows.length;
+    const T = this.rowsFinal;
     const nb = this.nBankFinal;
-    for (let i = 0; i < nb; i++) k.k3_mem_copy(at(b.final_bank.ptr, i * E * F), at(b.bank.ptr, (i * T + t) * E * F), E * F);
-    const status = k.k3_attnres_mix(b.final_bank.ptr, nb, at(b.P.ptr, t * E * F), head.outResProj.ptr, head.outResNorm.ptr, b.final_h.ptr, E, 1, c.rmsEps);
+    rows.forEach((t, r) => {
+      for (let i = 0; i < nb; i++) k.k3_mem_copy(at(b.final_bank.ptr, (i * R + r) * E * F), at(b.bank.ptr, (i * T + t) * E * F), E * F);
+      k.k3_mem_copy(at(b.final_x.ptr, r * E * F), at(b.P.ptr, t * E * F), E * F);
+    });
+    const status = k.k3_attnres_mix(b.final_bank.ptr, nb, b.final_x.ptr, head.outResProj.ptr, head.outResNorm.ptr, b.final_h.ptr, E, R, c.rmsEps);
     this.checked("k3_attnres_mix", status, "the final mix");
-    this.norm(head.norm.ptr, b.final_h.ptr, b.final_x.ptr, 1);
-    k.k3_matmul_bf16(head.lmHead.ptr, b.final_x.ptr, b.logits.ptr, c.vocab, E, 1);
-    this.w.releaseHead?.();
-  }
-
-  /** Final mix, norm and lm_head for every row of the last chunk (a verify pass): logits [T][V]. */
-  private finalLogitsAllRows(T: number): void {
-    const c = this.cfg;
-    const b = this.b;
-    const head = this.w.head();
-    // Rows are independent in every kernel, so row t equals what finalLogits computes for it alone.
-    const status = this.k.k3_attnres_mix(b.bank.ptr, this.nBankFinal, b.P.ptr, head.outResProj.ptr, head.outResNorm.ptr, b.final_h.ptr, c.hidden, T, c.rmsEps);
-    this.checked("k3_attnres_mix", status, "the final mix");
-    this.norm(head.norm.ptr, b.final_h.ptr, b.final_x.ptr, T);
-    this.k.k3_matmul_bf16(head.lmHead.ptr, b.final_x.ptr, b.logits.ptr, c.vocab, c.hidden, T);
+    this.norm(head.norm.ptr, b.final_h.ptr, b.final_x.ptr, R);
+    k.k3_matmul_bf16(head.lmHead.ptr, b.final_x.ptr, b.logits.ptr, c.vocab, E, R);
     this.w.releaseHead?.();
   }
 
@@ -347,8 +418,13 @@ export class Model {
     this.k.k3_matmul_bf16(W, X, Y, rows, cols, T);
   }
 
-  /** KDA attention (MODEL.md §4 KDA) on xn → a. */
-  private kda(lw: LayerRef, state: SessionState, L: number, T: number, verify = false): void {
+  /**
+   * KDA attention (MODEL.md §4 KDA) on xn → a. Projections, norms and gates run on every row of
+   * the pass; the conv and the recurrence run per segment, on that session's state. A verify
+   * segment's drafted rows run on scratch copies of its conv history and state, and keep their
+   * inputs for keep() (the header).
+   */
+  private kda(lw: LayerRef, segs: Placed[], L: number, T: number): void {
     const k = this.k;
     const c = this.cfg;
     const b = this.b;
@@ -356,38 +432,41 @@ export class Model {
     const H = c.kdaHeads;
     const D = c.kdaHeadDim;
     const P = H * D;
-    const st = state.kda[L];
-    if (!st) throw new K3Error("INTERNAL", `layer ${L} has no KDA state`);
     const x = b.xn.ptr;
     const t = (s: string) => lw.t(`self_attn.${s}`).ptr;
+    const li = this.kdaIndex[L]!;
+    const rowBytes = P * F;
     // 1. q, k, v projections, [T][P]
     this.mm(t("q_proj.weight"), x, b.kda_q.ptr, P, E, T);
     this.mm(t("k_proj.weight"), x, b.kda_k.ptr, P, E, T);
     this.mm(t("v_proj.weight"), x, b.kda_v.ptr, P, E, T);
-    // A verify pass: rows 1.. are drafts. They run on scratch copies of the conv history and the
-    // state (row 0 on the real ones), and keep their inputs for keep() (class comment).
-    const drafted = verify ? T - 1 : 0;
-    const li = this.kdaIndex[L]!;
-    const rowBytes = P * F;
-    const save = (from: Addr, slot: number, bytes = rowBytes) => {
-      for (let j = 0; j < drafted; j++) k.k3_mem_copy(at(this.draftRecord(li, j), slot * rowBytes), at(from, (j + 1) * bytes), bytes);
+    // A verify segment's drafted rows (row0 + 1 …) keep their inputs in spec_inputs.
+    const save = (seg: Placed, from: Addr, slot: number, bytes = rowBytes) => {
+      if (!seg.verify) return;
+      for (let j = 0; j + 1 < seg.ids.length; j++) k.k3_mem_copy(at(this.draftRecord(li, j), slot * rowBytes), at(from, (seg.row0 + j + 1) * bytes), bytes);
     };
-    save(b.kda_q.ptr, 0);
-    save(b.kda_k.ptr, 1);
-    save(b.kda_v.ptr, 2);
-    // 2. causal short conv (width 4, history carried across calls) + SiLU
+    for (const seg of segs) {
+      save(seg, b.kda_q.ptr, 0);
+      save(seg, b.kda_k.ptr, 1);
+      save(seg, b.kda_v.ptr, 2);
+    }
+    // 2. causal short conv (width 4, history carried across calls) + SiLU, per session
     const conv = (t0: number, rows: number, hq: Addr, hk: Addr, hv: Addr) => {
       k.k3_kda_conv_silu(at(b.kda_q.ptr, t0 * rowBytes), t("q_conv1d.weight"), hq, P, rows);
       k.k3_kda_conv_silu(at(b.kda_k.ptr, t0 * rowBytes), t("k_conv1d.weight"), hk, P, rows);
       k.k3_kda_conv_silu(at(b.kda_v.ptr, t0 * rowBytes), t("v_conv1d.weight"), hv, P, rows);
     };
-    if (drafted === 0) conv(0, T, st.convQ.ptr, st.convK.ptr, st.convV.ptr);
-    else {
-      conv(0, 1, st.convQ.ptr, st.convK.ptr, st.convV.ptr);
-      const hb = (c.convKernel - 1) * rowBytes; // one history: [width − 1][P]
-      const scratch = (n: number) => at(b.spec_conv.ptr, n * hb);
-      [st.convQ, st.convK, st.convV].forEach((h, n) => k.k3_mem_copy(scratch(n), h.ptr, hb));
-      conv(1, drafted, scratch(0), scratch(1), scratch(2));
+    for (const seg of segs) {
+      const st = this.kdaState(seg.state, L);
+      const drafted = seg.verify ? seg.ids.length - 1 : 0;
+      if (drafted === 0) conv(seg.row0, seg.ids.length, st.convQ.ptr, st.convK.ptr, st.convV.ptr);
+      else {
+        conv(seg.row0, 1, st.convQ.ptr, st.convK.ptr, st.convV.ptr);
+        const hb = (c.convKernel - 1) * rowBytes; // one history: [width − 1][P]
+        const scratch = (n: number) => at(b.spec_conv.ptr, n * hb);
+        [st.convQ, st.convK, st.convV].forEach((h, n) => k.k3_mem_copy(scratch(n), h.ptr, hb));
+        conv(seg.row0 + 1, drafted, scratch(0), scratch(1), scratch(2));
+      }
     }
     // 3. per-head L2 norm (a SUM of squares), q additionally × D^-0.5
     k.k3_l2norm_heads(b.kda_q.ptr, H, D, T, 1e-6, 1 / Math.sqrt(D));
@@ -399,17 +478,25 @@ export class Model {
     // 5. β = sigmoid(b_proj·x)
     this.mm(t("b_proj.weight"), x, b.kda_beta.ptr, H, E, T);
     k.k3_sigmoid(b.kda_beta.ptr, T * H);
-    save(b.kda_k.ptr, 3);
-    save(b.kda_v.ptr, 4);
-    save(b.kda_g.ptr, 5);
-    save(b.kda_beta.ptr, 6, H * F);
-    // 6. delta rule: decay, update, then read o from the UPDATED state
-    if (drafted === 0) k.k3_kda_recurrent(b.kda_q.ptr, b.kda_k.ptr, b.kda_v.ptr, b.kda_g.ptr, b.kda_beta.ptr, st.S.ptr, b.kda_o.ptr, H, D, T);
-    else {
-      k.k3_kda_recurrent(b.kda_q.ptr, b.kda_k.ptr, b.kda_v.ptr, b.kda_g.ptr, b.kda_beta.ptr, st.S.ptr, b.kda_o.ptr, H, D, 1);
-      k.k3_mem_copy(b.spec_S.ptr, st.S.ptr, H * D * D * F);
-      const r1 = (buf: Addr, width = rowBytes) => at(buf, width);
-      k.k3_kda_recurrent(r1(b.kda_q.ptr), r1(b.kda_k.ptr), r1(b.kda_v.ptr), r1(b.kda_g.ptr), r1(b.kda_beta.ptr, H * F), b.spec_S.ptr, r1(b.kda_o.ptr), H, D, drafted);
+    for (const seg of segs) {
+      save(seg, b.kda_k.ptr, 3);
+      save(seg, b.kda_v.ptr, 4);
+      save(seg, b.kda_g.ptr, 5);
+      save(seg, b.kda_beta.ptr, 6, H * F);
+    }
+    // 6. delta rule: decay, update, then read o from the UPDATED state — per session
+    for (const seg of segs) {
+      const st = this.kdaState(seg.state, L);
+      const row = (buf: CBuf, r: number, width = P) => at(buf.ptr, r * width * F);
+      const rec = (r: number, n: number, S: Addr) =>
+        k.k3_kda_recurrent(row(b.kda_q, r), row(b.kda_k, r), row(b.kda_v, r), row(b.kda_g, r), row(b.kda_beta, r, H), S, row(b.kda_o, r), H, D, n);
+      const drafted = seg.verify ? seg.ids.length - 1 : 0;
+      if (drafted === 0) rec(seg.row0, seg.ids.length, st.S.ptr);
+      else {
+        rec(seg.row0, 1, st.S.ptr);
+        k.k3_mem_copy(b.spec_S.ptr, st.S.ptr, H * D * D * F);
+        rec(seg.row0 + 1, drafted, b.spec_S.ptr);
+      }
     }
     // 7. o = RMSNorm_per_head(o, o_norm) · sigmoid(g_proj·x)   (norm first, then gate)
     k.k3_rmsnorm_f32w(b.kda_o.ptr, D, t("o_norm.weight"), b.kda_o.ptr, D, D, T * H, c.rmsEps);
@@ -419,8 +506,15 @@ export class Model {
     this.mm(t("o_proj.weight"), b.kda_o.ptr, b.a.ptr, E, P, T);
   }
 
-  /** Gated NoPE MLA (MODEL.md §4 MLA) on xn → a, appending T latents to the cache. */
-  private mla(lw: LayerRef, state: SessionState, L: number, T: number): void {
+  private kdaState(state: SessionState, L: number) {
+    const st = state.kda[L];
+    if (!st) throw new K3Error("INTERNAL", `layer ${L} has no KDA state`);
+    return st;
+  }
+
+  /** Gated NoPE MLA (MODEL.md §4 MLA) on xn → a, appending each segment's latents to its
+   *  session's cache at its position; attention runs per segment over that cache. */
+  private mla(lw: LayerRef, segs: Placed[], L: number, T: number): void {
     const k = this.k;
     const c = this.cfg;
     const b = this.b;
@@ -430,8 +524,6 @@ export class Model {
     const dr = c.qkRope;
     const qk = c.qkNope + dr;
     const row = R + dr;
-    const st = state.mla[L];
-    if (!st) throw new K3Error("INTERNAL", `layer ${L} has no MLA cache`);
     const x = b.xn.ptr;
     const t = (s: string) => lw.t(`self_attn.${s}`).ptr;
     // 1. q = q_b·RMSNorm(q_a·x, q_a_layernorm, 1e-6)   (1e-6: the released code's default, §7.4)
@@ -440,11 +532,18 @@ export class Model {
     this.mm(t("q_b_proj.weight"), b.mla_qa.ptr, b.mla_q.ptr, Hm * qk, c.qLoraRank, T);
     // 2. c = kv_a·x → [c_kv (R) | k_r (dr)]; cache row = [RMSNorm(c_kv, 1e-6) | k_r (not normed)]
     this.mm(t("kv_a_proj_with_mqa.weight"), x, b.mla_c.ptr, row, E, T);
-    const base = st.cache.ptr + state.pos * row * F;
-    k.k3_rmsnorm_bf16w(b.mla_c.ptr, row, t("kv_a_layernorm.weight"), at(base), row, R, T, 1e-6);
-    for (let i = 0; i < T; i++) k.k3_mem_copy(at(base, (i * row + R) * F), at(b.mla_c.ptr, (i * row + R) * F), dr * F);
-    // 3–4. causal attention over positions ≤ p, no rotary, scale (dn+dr)^-0.5, kv_b absorbed
-    k.k3_mla_attend(b.mla_q.ptr, t("kv_b_proj.weight"), st.cache.ptr, b.mla_o.ptr, b.mla_scratch.ptr, Hm, c.qkNope, dr, c.vHead, R, state.pos, T, 1 / Math.sqrt(qk));
+    for (const seg of segs) {
+      const st = seg.state.mla[L];
+      if (!st) throw new K3Error("INTERNAL", `layer ${L} has no MLA cache`);
+      const n = seg.ids.length;
+      const pos = seg.state.pos;
+      const c0 = seg.row0 * row * F; // this segment's rows of mla_c
+      const base = st.cache.ptr + pos * row * F;
+      k.k3_rmsnorm_bf16w(at(b.mla_c.ptr, c0), row, t("kv_a_layernorm.weight"), at(base), row, R, n, 1e-6);
+      for (let i = 0; i < n; i++) k.k3_mem_copy(at(base, (i * row + R) * F), at(b.mla_c.ptr, c0 + (i * row + R) * F), dr * F);
+      // 3–4. causal attention over positions ≤ p, no rotary, scale (dn+dr)^-0.5, kv_b absorbed
+      k.k3_mla_attend(at(b.mla_q.ptr, seg.row0 * Hm * qk * F), t("kv_b_proj.weight"), st.cache.ptr, at(b.mla_o.ptr, seg.row0 * Hm * c.vHead * F), b.mla_scratch.ptr, Hm, c.qkNope, dr, c.vHead, R, pos, n, 1 / Math.sqrt(qk));
+    }
     // 5. o · sigmoid(g_proj·x), then o_proj (gate before o_proj, no norm)
     this.mm(t("g_proj.weight"), x, b.mla_gate.ptr, Hm * c.vHead, E, T);
     k.k3_mul_sigmoid(b.mla_o.ptr, b.mla_gate.ptr, T * Hm * c.vHead);

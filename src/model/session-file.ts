@@ -6,10 +6,10 @@
 // buffers in order with their byte counts, and a CRC-32 of the payload; loading into another
 // model, a truncated or a corrupted file is refused with the reason.
 import { closeSync, openSync, renameSync, rmSync, writeSync } from "node:fs";
-import { toArrayBuffer } from "bun:ffi";
 import { openRegularFile, readAt, readRegularFile } from "../files.ts";
 import { K3Error } from "../errors.ts";
 import type { Kernels } from "../kernels.ts";
+import { checkSnapshotFits, liveViews, restoreState, type StateSnapshot } from "./snapshot.ts";
 import type { SessionState } from "./state.ts";
 
 const MAGIC = "K3SESS01";
@@ -33,14 +33,30 @@ function headerCrc(k: Kernels, pos: number, history: number[], pending: number[]
   return k.k3_crc32(0, bytes, bytes.byteLength);
 }
 
-/** Bytes of a state buffer that carry information at position `pos` (MLA rows beyond pos are unused). */
-function liveBytes(name: string, bytes: number, pos: number, rowBytes: number): number {
-  return name.startsWith("mla.") ? pos * rowBytes : bytes;
+/** The parts a file holds: names and bytes, in order (a live state's views, or a snapshot's). */
+interface FileState {
+  pos: number;
+  history: number[];
+  parts: { name: string; view: Uint8Array }[];
 }
 
 export function saveSession(k: Kernels, state: SessionState, pending: number[], fingerprint: string, modelName: string, path: string, meta?: unknown): void {
-  const rowBytes = 4 * (state.cfg.kvLoraRank + state.cfg.qkRope);
-  const parts = state.buffers().map(({ name, buf }) => ({ name, view: new Uint8Array(toArrayBuffer(buf.ptr as any, 0, liveBytes(name, buf.bytes, state.pos, rowBytes))) }));
+  writeStateFile(k, { pos: state.pos, history: state.history, parts: liveViews(state) }, pending, fingerprint, modelName, path, meta);
+}
+
+/** Write a snapshot (src/model/snapshot.ts) as a session file: the prefix cache's disk tier. */
+export function saveSnapshot(k: Kernels, snap: StateSnapshot, fingerprint: string, modelName: string, path: string, meta?: unknown): void {
+  let off = 0;
+  const parts = snap.parts.map((p) => {
+    const view = snap.data.subarray(off, off + p.bytes);
+    off += p.bytes;
+    return { name: p.name, view };
+  });
+  writeStateFile(k, { pos: snap.pos, history: snap.history, parts }, [], fingerprint, modelName, path, meta);
+}
+
+function writeStateFile(k: Kernels, state: FileState, pending: number[], fingerprint: string, modelName: string, path: string, meta?: unknown): void {
+  const parts = state.parts;
   let crc = headerCrc(k, state.pos, state.history, pending, meta);
   for (const p of parts) crc = k.k3_crc32(crc, p.view, p.view.byteLength);
   const header: SessionHeader = {
@@ -62,16 +78,25 @@ export function saveSession(k: Kernels, state: SessionState, pending: number[], 
   try {
     const fd = openSync(tmp, "w");
     try {
-      writeSync(fd, head);
-      writeSync(fd, json);
-      for (const p of parts) writeSync(fd, p.view);
+      writeAll(fd, head);
+      writeAll(fd, json);
+      for (const p of parts) writeAll(fd, p.view);
     } finally {
       closeSync(fd);
     }
     renameSync(tmp, path);
   } catch (err) {
-    rmSync(tmp, { force: true }); // a failed save leaves no partial file behind
+    rmSync(tmp, { force: true }); // a failed save (a full disk) leaves no partial file behind
     throw new K3Error("SESSION", `cannot write session file ${path}: ${(err as Error).message}`);
+  }
+}
+
+/** writeSync may write less than asked (a full disk part-way): loop, and fail on no progress. */
+function writeAll(fd: number, bytes: Uint8Array): void {
+  for (let off = 0; off < bytes.byteLength; ) {
+    const n = writeSync(fd, bytes, off, bytes.byteLength - off);
+    if (n <= 0) throw new Error(`short write (${off} of ${bytes.byteLength} bytes)`);
+    off += n;
   }
 }
 
@@ -135,31 +160,30 @@ function validateHeader(path: string, h: unknown): SessionHeader {
 /** Fill `state` from a file written by saveSession for the same model; returns the pending ids
  *  and the caller's metadata. */
 export function loadSession(k: Kernels, state: SessionState, fingerprint: string, path: string): { pending: number[]; meta: unknown } {
+  // Cheap refusals (context, buffer layout) before the payload is read.
+  const { snap, pending, meta } = readSnapshot(k, state.cfg.vocab, fingerprint, path, (h) => checkSnapshotFits(state, { pos: h.pos, history: h.history, parts: h.buffers }, path));
+  restoreState(state, snap, path);
+  return { pending, meta };
+}
+
+/**
+ * A session file's state, checked whole before anything uses it: magic, header fields, model
+ * fingerprint, size, token ids, then the CRC-32 over tokens and payload. `check` sees the header
+ * before the payload is read (to refuse a wrong layout early).
+ */
+export function readSnapshot(k: Kernels, vocab: number, fingerprint: string, path: string, check?: (h: SessionHeader) => void): { snap: StateSnapshot; pending: number[]; meta: unknown } {
   const { header, payloadOffset, fileBytes } = readSessionHeader(path);
   if (header.model !== fingerprint)
     throw new K3Error("SESSION", `${path} belongs to another model (${header.modelName}, fingerprint ${header.model.slice(0, 12)}…), not this one (${fingerprint.slice(0, 12)}…)`);
-  if (header.pos > state.maxContext) throw new K3Error("SESSION", `${path} holds ${header.pos} tokens, more than this context limit (${state.maxContext}); use --context ${header.pos} or more`);
-  const rowBytes = 4 * (state.cfg.kvLoraRank + state.cfg.qkRope);
-  const bufs = state.buffers();
-  if (bufs.length !== header.buffers.length) throw new K3Error("SESSION", `${path}: ${header.buffers.length} state buffers, this model has ${bufs.length}`);
+  check?.(header);
   const total = header.buffers.reduce((a, b) => a + b.bytes, 0);
   if (payloadOffset + total !== fileBytes) throw new K3Error("SESSION", `${path}: ${fileBytes} bytes, the header describes ${payloadOffset + total} (truncated or padded)`);
   const ids = [...header.history, ...header.pending];
-  const bad = ids.find((id) => id >= state.cfg.vocab);
+  const bad = ids.find((id) => id >= vocab);
   if (bad !== undefined) throw new K3Error("SESSION", `${path}: token id ${bad} is outside this model's vocabulary`);
   const data = readRegularFile(path, "session file", "SESSION").subarray(payloadOffset);
+  if (data.byteLength !== total) throw new K3Error("SESSION", `${path}: ${data.byteLength} payload bytes, the header describes ${total} (the file changed while read?)`);
   const crc = k.k3_crc32(headerCrc(k, header.pos, header.history, header.pending, header.meta), data, data.byteLength);
   if (crc !== header.crc32) throw new K3Error("SESSION", `${path}: checksum mismatch (corrupted header tokens or payload)`);
-  state.reset();
-  let off = 0;
-  bufs.forEach(({ name, buf }, i) => {
-    const want = header.buffers[i]!;
-    const live = liveBytes(name, buf.bytes, header.pos, rowBytes);
-    if (want.name !== name || want.bytes !== live) throw new K3Error("SESSION", `${path}: buffer ${i} is ${want.name} (${want.bytes} bytes), expected ${name} (${live} bytes)`);
-    new Uint8Array(toArrayBuffer(buf.ptr as any, 0, live)).set(data.subarray(off, off + live));
-    off += live;
-  });
-  state.pos = header.pos;
-  state.history.push(...header.history);
-  return { pending: header.pending, meta: header.meta };
+  return { snap: { pos: header.pos, history: header.history, parts: header.buffers, data }, pending: header.pending, meta: header.meta };
 }

@@ -52,6 +52,38 @@ export function zeroStats(ioMode: IoMode): WeightStats {
   return { trunkBytesRead: 0, expertBytesRead: 0, reads: 0, expertRequests: 0, expertHits: 0, lookaheadIssued: 0, lookaheadUsed: 0, ioWaitMs: 0, verifyMs: 0, directIo: ioMode !== "buffered", ioMode };
 }
 
+/** Counters a − b (what happened between two snapshots of a provider's counters). */
+export function diffStats(a: WeightStats, b: WeightStats): WeightStats {
+  return combine(a, b, (x, y) => x - y);
+}
+
+/** Counters a + b (a generation's share of several passes). */
+export function addStats(a: WeightStats, b: WeightStats): WeightStats {
+  return combine(a, b, (x, y) => x + y);
+}
+
+/** Counters ÷ n (one session's share of a pass n sessions shared). */
+export function divideStats(a: WeightStats, n: number): WeightStats {
+  return combine(a, a, (x) => x / n);
+}
+
+/** Counters combined field by field; the I/O mode is a's (one provider's mode never changes). */
+function combine(a: WeightStats, b: WeightStats, f: (x: number, y: number) => number): WeightStats {
+  return {
+    trunkBytesRead: f(a.trunkBytesRead, b.trunkBytesRead),
+    expertBytesRead: f(a.expertBytesRead, b.expertBytesRead),
+    reads: f(a.reads, b.reads),
+    expertRequests: f(a.expertRequests, b.expertRequests),
+    expertHits: f(a.expertHits, b.expertHits),
+    lookaheadIssued: f(a.lookaheadIssued, b.lookaheadIssued),
+    lookaheadUsed: f(a.lookaheadUsed, b.lookaheadUsed),
+    ioWaitMs: f(a.ioWaitMs, b.ioWaitMs),
+    verifyMs: f(a.verifyMs, b.verifyMs),
+    directIo: a.directIo,
+    ioMode: a.ioMode,
+  };
+}
+
 export interface WeightProvider {
   /** Embedding row of token `id` as f32 into dst (E floats). */
   embedRow(id: number, dst: Addr): void;

@@ -1,10 +1,11 @@
-// What every route of one server shares: the engine and its one session, the queue, the names
+// What every route of one server shares: the engine and its sessions, the queue, the names
 // the model answers to, the body reader, and the counters behind /k3/stats and /metrics.
-import type { Engine, Session } from "../engine.ts";
+import type { Engine } from "../engine.ts";
 import { log } from "../log.ts";
 import type { BodyReader } from "./body.ts";
 import type { ModelNames } from "./models.ts";
 import type { GenerationQueue } from "./queue.ts";
+import type { SessionPool } from "./sessions.ts";
 import { parseJsonObject } from "./validate.ts";
 
 /** One finished generation, kept for /k3/stats (the last RECENT of them). */
@@ -54,8 +55,9 @@ export class ServerCounters {
 
 export interface ServerContext {
   engine: Engine;
-  /** The server's one session: a request that continues it feeds only its new tokens. */
-  session: Session;
+  /** One session per parallel slot: a request that continues one feeds only its new tokens. */
+  sessions: SessionPool;
+  /** At most engine.parallel generations run at once; the rest wait here. */
   queue: GenerationQueue;
   names: ModelNames;
   bodies: BodyReader;

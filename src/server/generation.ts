@@ -1,6 +1,7 @@
 // POST /v1/chat/completions and POST /v1/completions: parse the request, check it against the
 // model (name, tokenizer, vocabulary, context: all before queueing, so a request that cannot run
-// never waits for the engine), then run it as a Job (run-job.ts) on the server's one session.
+// never waits for the engine), then run it as a Job (run-job.ts), batched with the other running
+// generations, on the session the pool lends it (sessions.ts).
 import { randomUUID } from "node:crypto";
 import {
   prepareChat,
@@ -30,6 +31,7 @@ function genOptions(ctx: ServerContext, s: SamplingRequest, shouldStop: () => bo
     stop: s.stop,
     speculate: s.speculate,
     shouldStop,
+    batched: true,
   };
 }
 
@@ -65,7 +67,7 @@ function enqueue<D, R extends Finished>(ctx: ServerContext, req: Request, r: Sam
       ms,
     });
   ctx.holdOpen(req);
-  return runJob(ctx.queue, req, { ...job, done }, r.stream);
+  return runJob(ctx, req, { ...job, done }, r.stream);
 }
 
 const envelope = (ctx: ServerContext, prefix: string): Envelope => ({
@@ -84,7 +86,8 @@ export async function chat(ctx: ServerContext, req: Request): Promise<Response> 
   let sentRole = false;
   const job: Omit<Job<ChatDelta, ChatResult>, "done"> = {
     promptParam: "messages",
-    start: (shouldStop) => streamChatIds(ctx.engine, ctx.session, ids, { ...genOptions(ctx, r, shouldStop), ...opts }),
+    ids,
+    start: (shouldStop, session) => streamChatIds(ctx.engine, session, ids, { ...genOptions(ctx, r, shouldStop), ...opts }),
     chunks: (d) => {
       const out: unknown[] = [];
       // OpenAI's first chunk carries the role and empty content.
@@ -124,7 +127,8 @@ export async function completion(ctx: ServerContext, req: Request): Promise<Resp
   const env = envelope(ctx, "cmpl");
   const job: Omit<Job<CompletionDelta, CompletionResult>, "done"> = {
     promptParam: "prompt",
-    start: (shouldStop) => streamCompletion(ctx.engine, ctx.session, ids, genOptions(ctx, r, shouldStop)),
+    ids,
+    start: (shouldStop, session) => streamCompletion(ctx.engine, session, ids, genOptions(ctx, r, shouldStop)),
     // Each chunk carries the ids it adds (k3.token_ids): text may be held back (a split
     // character, a possible stop string) or, without a tokenizer, never exist.
     chunks: (d) => (d.text || d.ids.length > 0 ? [completionChunkJson(env, d.text, null, d.ids.length > 0 ? { k3: { token_ids: d.ids } } : {})] : []),

@@ -38,7 +38,8 @@ export function metricsText(ctx: ServerContext): string {
   family(out, "k3_expert_requests_total", "counter", "Expert weights the router asked for.", io.expertRequests);
   family(out, "k3_expert_hits_total", "counter", "Expert requests served from the RAM cache.", io.expertHits);
   family(out, "k3_io_wait_seconds_total", "counter", "Time compute waited for weight reads.", io.ioWaitMs / 1000);
-  family(out, "k3_queue_running", "gauge", "Generations running (0 or 1: one engine, one owner).", ctx.queue.running ? 1 : 0);
+  family(out, "k3_queue_running", "gauge", "Generations running (at most k3_parallel_sessions, batched in the engine's steps).", ctx.queue.running);
+  family(out, "k3_parallel_sessions", "gauge", "Generations that may run at once (--parallel).", ctx.queue.slots);
   family(out, "k3_queue_waiting", "gauge", "Requests waiting for the engine.", ctx.queue.waiting);
   family(out, "k3_queue_capacity", "gauge", "Requests allowed to wait (--queue).", ctx.queue.capacity);
   family(out, "k3_http_bodies_receiving", "gauge", "Request bodies being received now.", ctx.bodies.counters.receiving);
@@ -47,6 +48,28 @@ export function metricsText(ctx: ServerContext): string {
     [{ reason: "request_timeout" }, ctx.bodies.counters.timedOut],
     [{ reason: "request_too_large" }, ctx.bodies.counters.tooLarge],
   ]);
+  const b = ctx.engine.batchStats();
+  family(out, "k3_batch_steps_total", "counter", "Forward passes run by the batch scheduler.", b.steps);
+  family(out, "k3_batch_step_sessions_total", "counter", "Forward passes by the number of sessions they carried.", b.sessionsPerStep.flatMap((n, k) => (k === 0 ? [] : [[{ sessions: String(k) }, n] as Sample])));
+  family(out, "k3_batch_tokens_total", "counter", "Tokens fed through batched passes, by kind.", [
+    [{ kind: "decode" }, b.decodeTokens],
+    [{ kind: "prefill" }, b.prefillTokens],
+  ]);
+  const p = ctx.engine.prefixStats();
+  if (p) {
+    family(out, "k3_prefix_cache_hits_total", "counter", "Prompts that restored a cached prefix, by tier.", [
+      [{ tier: "ram" }, p.ramHits],
+      [{ tier: "disk" }, p.diskHits],
+    ]);
+    family(out, "k3_prefix_cache_lookups_total", "counter", "Prompts looked up in the prefix cache.", p.lookups);
+    family(out, "k3_prefix_cache_tokens_saved_total", "counter", "Prompt tokens restored from the prefix cache instead of fed.", p.tokensSaved);
+    family(out, "k3_prefix_cache_bytes", "gauge", "Bytes the prefix cache holds, by tier.", [
+      [{ tier: "ram" }, p.ramBytes],
+      [{ tier: "disk" }, p.diskBytes],
+    ]);
+    family(out, "k3_prefix_cache_dropped_total", "counter", "Prefix cache entries dropped because they failed a check.", p.dropped);
+    family(out, "k3_prefix_cache_write_failures_total", "counter", "Prefix cache disk writes that failed (full disk, …).", p.writeFailures);
+  }
   family(out, "k3_context_tokens", "gauge", "Context limit of the engine, tokens.", ctx.engine.context);
   family(out, "k3_peak_rss_bytes", "gauge", "Peak resident set size of the process.", io.peakRssBytes);
   return out.join("\n") + "\n";

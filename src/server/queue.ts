@@ -1,7 +1,8 @@
-// One engine, one owner: generations run one at a time, in arrival order.
+// Admission to the engine: at most `slots` generations run at once (engine.parallel: they advance
+// together in the batch scheduler's steps), the others wait in arrival order.
 //
 // Invariants:
-//   - at most one holder at a time; `release()` hands the engine to the oldest live waiter;
+//   - at most `slots` holders at a time; `release()` hands the place to the oldest live waiter;
 //   - at most `capacity` waiters; one more is refused at once (the caller answers 503) instead of
 //     queueing without bound while the machine is saturated;
 //   - a waiter whose client went away (signal aborted) leaves the queue and never runs.
@@ -12,30 +13,36 @@ interface Waiter {
 }
 
 export class GenerationQueue {
-  private busy = false;
+  private holders = 0;
   private readonly waiters: Waiter[] = [];
   /** Mean wall time of recent generations (ms), for Retry-After. */
   private meanMs = 0;
 
-  constructor(readonly capacity: number) {}
+  constructor(
+    readonly capacity: number,
+    /** Generations that may run at once. */
+    readonly slots = 1,
+  ) {}
 
   get waiting(): number {
     return this.waiters.length;
   }
-  get running(): boolean {
-    return this.busy;
+  /** Generations running now (0 … slots). */
+  get running(): number {
+    return this.holders;
   }
 
   /** Resolves with a release function once it is this caller's turn. Rejects with a 503 ApiError
    *  when the queue is full, or with the signal's reason when the client goes away first. */
   acquire(signal?: AbortSignal): Promise<() => void> {
     if (signal?.aborted) return Promise.reject(clientGone("while it waited"));
-    if (!this.busy) {
-      this.busy = true;
+    if (this.holders < this.slots) {
+      this.holders++;
       return Promise.resolve(this.releaser());
     }
     if (this.waiters.length >= this.capacity) {
-      const retryAfterS = Math.max(1, Math.ceil(((this.waiters.length + 1) * this.meanMs) / 1000));
+      // Each place frees after about one generation's time, `slots` of them at once.
+      const retryAfterS = Math.max(1, Math.ceil(((this.waiters.length + 1) * this.meanMs) / this.slots / 1000));
       return Promise.reject(
         new ApiError(503, `server busy: ${this.waiters.length} requests already waiting for the engine`, "overloaded_error", null, "queue_full", {
           "Retry-After": String(retryAfterS),
@@ -71,7 +78,7 @@ export class GenerationQueue {
       released = true;
       const next = this.waiters.shift();
       if (next) next.grant(this.releaser());
-      else this.busy = false;
+      else this.holders--;
     };
   }
 }

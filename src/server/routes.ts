@@ -1,6 +1,6 @@
 // The route table: each path pattern and its handlers by method. HEAD is answered by the GET
 // handler (Bun sends the headers without the body); a known path with another method is 405.
-import { engineStatsJson } from "../report.ts";
+import { batchStatsJson, engineStatsJson, prefixCacheJson } from "../report.ts";
 import type { ServerContext } from "./context.ts";
 import { chat, completion } from "./generation.ts";
 import { METRICS_CONTENT_TYPE, metricsText } from "./metrics.ts";
@@ -20,7 +20,7 @@ const modelJson = (ctx: ServerContext) => ({ id: ctx.names.id, object: "model", 
 export const ROUTES: Record<string, Route> = {
   "/health": {
     public: true,
-    GET: (ctx) => Response.json({ status: "ok", model: ctx.names.id, busy: ctx.queue.running, waiting: ctx.queue.waiting }),
+    GET: (ctx) => Response.json({ status: "ok", model: ctx.names.id, busy: ctx.queue.running > 0, running: ctx.queue.running, slots: ctx.queue.slots, waiting: ctx.queue.waiting }),
   },
   "/v1/models": { GET: (ctx) => Response.json({ object: "list", data: [modelJson(ctx)] }) },
   "/v1/models/{id}": {
@@ -45,9 +45,11 @@ export const ROUTES: Record<string, Route> = {
           generations: c.generations,
           cancelled: c.cancelled,
           errors: c.errors,
-          queue: { running: ctx.queue.running, waiting: ctx.queue.waiting, capacity: ctx.queue.capacity },
+          queue: { running: ctx.queue.running, slots: ctx.queue.slots, waiting: ctx.queue.waiting, capacity: ctx.queue.capacity },
           bodies: { receiving: ctx.bodies.counters.receiving, too_many: ctx.bodies.counters.tooMany, timed_out: ctx.bodies.counters.timedOut, too_large: ctx.bodies.counters.tooLarge },
         },
+        batch: batchStatsJson(ctx.engine.batchStats()),
+        prefix_cache: prefixCacheJson(ctx.engine.prefixStats(), ctx.engine.batchStats()),
         recent: c.recent,
       });
     },

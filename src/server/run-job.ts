@@ -1,22 +1,31 @@
-// Running one generation for one HTTP request: wait for the engine, step the (synchronous)
-// generator one token at a time while letting the event loop breathe, and answer either one JSON
-// body or an SSE stream.
+// Running one generation for one HTTP request: wait for a place (queue.ts) and a session
+// (sessions.ts), step the (synchronous) batched generator, and answer either one JSON body or an
+// SSE stream.
+//
+// Pacing: the generator runs batched (src/batch/scheduler.ts). When it yields a `waiting` delta
+// its next pass is queued for the engine's next step: the job awaits engine.turn() (the event loop
+// runs meanwhile: disconnects, new requests). Any other delta is sent and the generator is stepped
+// again at once, so every running generation has its next pass queued before the next step runs.
 //
 // Invariants:
-//   - the engine is held from the first step to the last; `release()` runs exactly once, on every
-//     path (success, error, client gone);
+//   - the place and the session are held from the first step to the last; `release()` (which
+//     gives both back) runs exactly once, on every path (success, error, client gone);
 //   - errors from the first step (bad options, a prompt over the context limit) happen before any
 //     header is sent, so they become a proper 4xx; later errors end the stream with an error event;
 //   - a client that goes away (request.signal, or the SSE stream cancelled) sets `cancelled`,
 //     which the engine polls before every token, so the generation ends within one token; the
 //     generator is still driven to its end so its stats (stop_reason "cancelled") are recorded.
+import type { Engine, Session } from "../engine.ts";
 import { log } from "../log.ts";
 import { toApiError } from "./errors.ts";
 import type { GenerationQueue } from "./queue.ts";
+import type { SessionPool } from "./sessions.ts";
 
 export interface Job<D, R> {
-  /** Creates the generator; `shouldStop` must be handed to the engine. */
-  start(shouldStop: () => boolean): Generator<D, R>;
+  /** The prompt's ids (the session pool lends the session that holds most of them). */
+  ids: number[];
+  /** Creates the (batched) generator on `session`; `shouldStop` must be handed to the engine. */
+  start(shouldStop: () => boolean, session: Session): Generator<D, R>;
   /** SSE payloads for one delta (may be none). */
   chunks(d: D): unknown[];
   /** SSE payloads after the last delta (finish chunk, usage chunk). */
@@ -29,29 +38,46 @@ export interface Job<D, R> {
   promptParam: string;
 }
 
-/** Between tokens the engine computes synchronously; this turn of the event loop is when a
- *  client's disconnect, and new requests joining the queue, are noticed. */
-const breathe = () => new Promise<void>((resolve) => setImmediate(resolve));
+/** Where a job runs: the engine (its steps), the admission queue, the sessions. */
+export interface JobPlace {
+  engine: Engine;
+  queue: GenerationQueue;
+  sessions: SessionPool;
+}
+
+/** A delta that says the generation waits for the engine's next step. */
+const waits = (d: unknown) => (d as { waiting?: true }).waiting === true;
 
 const encoder = new TextEncoder();
 const sse = (payload: unknown) => encoder.encode(`data: ${JSON.stringify(payload)}\n\n`);
 
-export async function runJob<D, R>(queue: GenerationQueue, req: Request, job: Job<D, R>, stream: boolean): Promise<Response> {
+export async function runJob<D, R>(place: JobPlace, req: Request, job: Job<D, R>, stream: boolean): Promise<Response> {
+  const { engine, queue } = place;
   let cancelled = false;
   const onAbort = () => (cancelled = true);
   req.signal.addEventListener("abort", onAbort, { once: true });
-  let release: () => void;
+  let releasePlace: () => void;
   try {
-    release = await queue.acquire(req.signal);
+    releasePlace = await queue.acquire(req.signal);
   } catch (err) {
     req.signal.removeEventListener("abort", onAbort);
     throw err;
   }
+  const session = place.sessions.take(job.ids);
+  let released = false;
+  const release = () => {
+    if (released) return;
+    released = true;
+    place.sessions.give(session);
+    releasePlace();
+  };
+  /** Before stepping the generator again: wait for the engine's step if it is waiting for one. */
+  const pace = (d: D) => (waits(d) ? engine.turn() : undefined);
   const t0 = performance.now();
   let gen: Generator<D, R>;
   let first: IteratorResult<D, R>;
   try {
-    gen = job.start(() => cancelled);
+    gen = job.start(() => cancelled, session);
     first = gen.next();
   } catch (err) {
     release();
@@ -69,7 +95,7 @@ export async function runJob<D, R>(queue: GenerationQueue, req: Request, job: Jo
     try {
       let step = first;
       while (!step.done) {
-        await breathe();
+        await pace(step.value);
         step = gen.next();
       }
       finish(step.value);
@@ -89,7 +115,7 @@ export async function runJob<D, R>(queue: GenerationQueue, req: Request, job: Jo
         let step = first;
         while (!step.done) {
           for (const c of job.chunks(step.value)) send(c);
-          await breathe();
+          await pace(step.value);
           step = gen.next();
         }
         finish(step.value);

@@ -3,9 +3,10 @@
 // This file is the HTTP edge: it binds, finds the route (routes.ts), applies what every request
 // shares (API key, CORS, HEAD, body limits), counts answers, and turns every failure into an
 // OpenAI-shaped error. JSON lives only in this layer: requests are parsed into native options
-// (validate.ts) and answered in OpenAI's shapes (openai.ts). The engine has one owner: every
-// generation goes through the FIFO queue (queue.ts), and the server keeps one session, so a chat
-// that continues the previous one only feeds its new tokens (prefix reuse in conversation.ts).
+// (validate.ts) and answered in OpenAI's shapes (openai.ts). Up to engine.parallel generations run
+// at once, batched in the engine's steps; the others wait in the FIFO queue (queue.ts). The server
+// keeps a session per slot (sessions.ts), so a chat that continues an earlier one only feeds its
+// new tokens (prefix reuse in conversation.ts, and the engine's prefix cache).
 import type { Engine } from "../engine.ts";
 import { log } from "../log.ts";
 import { apiKeyChecker } from "./auth.ts";
@@ -15,6 +16,7 @@ import { CorsPolicy } from "./cors.ts";
 import { ApiError, errorResponse, toApiError } from "./errors.ts";
 import { ModelNames } from "./models.ts";
 import { GenerationQueue } from "./queue.ts";
+import { SessionPool } from "./sessions.ts";
 import { allowed, matchRoute } from "./routes.ts";
 
 export type { GenerationRecord } from "./context.ts";
@@ -58,8 +60,8 @@ export function startServer(engine: Engine, opts: ServerOptions): K3Server {
   let server: ReturnType<typeof Bun.serve> | undefined;
   const ctx: ServerContext = {
     engine,
-    session: engine.createSession(),
-    queue: new GenerationQueue(opts.queue ?? 16),
+    sessions: new SessionPool(engine, engine.parallel),
+    queue: new GenerationQueue(opts.queue ?? 16, engine.parallel),
     names: new ModelNames(opts.modelName, opts.aliases),
     bodies: new BodyReader(limits),
     counters: new ServerCounters(),
@@ -104,6 +106,7 @@ export function startServer(engine: Engine, opts: ServerOptions): K3Server {
     bodies: ctx.bodies.counters,
     async stop() {
       await server!.stop(true);
+      ctx.sessions.close();
     },
   };
 }

@@ -3,7 +3,7 @@
 import { availableParallelism } from "node:os";
 import { K3Error } from "../../errors.ts";
 import { formatRanges } from "../../format.ts";
-import { catalogueFromMetadata, openCheckpointCached, computeCensus, DEFAULT_CONTEXT, planMemory, planInputFromCensus, type MemoryPlan, gib, PRESETS, resolveBudget } from "../../inspect.ts";
+import { catalogueFromMetadata, openCheckpointCached, computeCensus, DEFAULT_CONTEXT, defaultPrefixCacheBytes, planMemory, planInputFromCensus, type MemoryPlan, gib, parseSize, PRESETS, resolveBudget } from "../../inspect.ts";
 import { defineCommand } from "../command.ts";
 import { positiveInt, ramFlag } from "../common.ts";
 import { engineLimits } from "../../engine.ts";
@@ -11,7 +11,7 @@ import { engineLimits } from "../../engine.ts";
 function render(plan: MemoryPlan, budgetSource: string, model: string): string {
   const lines = [
     `model ${model}`,
-    `budget ${gib(plan.budgetBytes)} (${budgetSource}); context ${plan.contextTokens} tokens; ${plan.threads} threads`,
+    `budget ${gib(plan.budgetBytes)} (${budgetSource}); context ${plan.contextTokens} tokens; ${plan.threads} threads${plan.parallel > 1 ? `; ${plan.parallel} parallel sessions` : ""}`,
     "",
   ];
   const w = Math.max(...plan.items.map((i) => i.name.length));
@@ -41,6 +41,8 @@ export default defineCommand({
     ram: { type: "string", valueHint: "SIZE", description: "RAM budget (K/M/G/T binary, G = 2^30; KB/MB/GB/TB decimal); overrides --preset; any size, for what-if questions" },
     context: { type: "string", alias: ["c", "ctx-size"], default: String(DEFAULT_CONTEXT), valueHint: "N", description: "context length the MLA cache is sized for" },
     threads: { type: "string", alias: ["t"], valueHint: "N", description: "compute threads (default: all CPUs)" },
+    parallel: { type: "string", valueHint: "N", description: "sessions held at once (k3 serve --parallel; default 1)" },
+    "prefix-cache-ram": { type: "string", valueHint: "SIZE", description: "RAM for prefix-cache snapshots (default: k3 serve's share with --parallel, else 0)" },
     json: { type: "boolean", default: false, description: "print the plan as JSON" },
   },
   help: {
@@ -55,6 +57,7 @@ export default defineCommand({
     // What-if questions for other machines are the point: more threads than here is fine.
     const threads = positiveInt(args.threads, "--threads", engineLimits().threads, " (the compute pool's limit)") ?? availableParallelism();
     const context = positiveInt(args.context, "--context") ?? DEFAULT_CONTEXT;
+    const parallel = positiveInt(args.parallel, "--parallel") ?? 1;
     let cfg, census, model: string;
     if (args.dir) {
       if (args.config || args.index) throw new K3Error("USAGE", "give a checkpoint directory or --config/--index, not both");
@@ -69,7 +72,11 @@ export default defineCommand({
       census = cat.census;
       model = `${args.config} + ${args.index}`;
     }
-    const plan = planMemory(planInputFromCensus(cfg, census, budget.bytes, context, threads));
+    const input = planInputFromCensus(cfg, census, budget.bytes, context, threads);
+    input.parallel = parallel;
+    const ram = args["prefix-cache-ram"];
+    input.prefixCacheBytes = ram !== undefined ? parseSize(ram) : args.parallel !== undefined ? defaultPrefixCacheBytes(input) : 0;
+    const plan = planMemory(input);
     if (args.json) process.stdout.write(`${JSON.stringify({ model, budgetSource: budget.source, ...plan }, null, 2)}\n`);
     else process.stdout.write(render(plan, budget.source, model));
   },

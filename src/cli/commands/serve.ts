@@ -4,6 +4,7 @@ import { K3Error } from "../../errors.ts";
 import { log } from "../../log.ts";
 import { checkOrigins } from "../../server/cors.ts";
 import { startServer } from "../../server/server.ts";
+import { parseSize } from "../../inspect.ts";
 import { repeatedValues } from "../args.ts";
 import { defineCommand } from "../command.ts";
 import { engineArgs, engineOptions, modelOption, positiveInt, resolveModelDir } from "../common.ts";
@@ -20,6 +21,10 @@ export default defineCommand({
     "model-name": { type: "string", valueHint: "ID", description: "model id for clients (default: the model folder's name; a Hugging Face download's repo id)" },
     alias: { type: "string", alias: ["a"], valueHint: "NAME", description: "another name clients may use for the model (repeatable; names match in any case)" },
     cors: { type: "string", valueHint: "ORIGIN", description: "allow browser pages from this origin (repeatable), or '*' for any (default: none)" },
+    parallel: { type: "string", valueHint: "N", description: "generations batched together, each with its own session (default: what the budget allows, at most 4)" },
+    "prefix-cache-ram": { type: "string", valueHint: "SIZE", description: "RAM for prefix-cache snapshots, inside the budget (default: a share of it; 0: none)" },
+    "prefix-cache-dir": { type: "string", valueHint: "DIR", description: "folder for the prefix cache's disk tier (default: none)" },
+    "prefix-cache-disk": { type: "string", valueHint: "SIZE", description: "size cap of the prefix cache's disk tier (default 16G)" },
     ...engineArgs,
   },
   help: {
@@ -43,7 +48,13 @@ export default defineCommand({
     const cors = repeatedValues(rawArgs, "--cors");
     checkOrigins(cors); // before the (long) model open
 
-    const engine = Engine.open(dir, engineOpts);
+    const parallel = args.parallel === undefined ? "auto" : positiveInt(args.parallel, "--parallel")!;
+    const prefixCache = {
+      ramBytes: args["prefix-cache-ram"] === undefined ? ("auto" as const) : parseSize(args["prefix-cache-ram"]),
+      dir: args["prefix-cache-dir"],
+      diskBytes: parseSize(args["prefix-cache-disk"] ?? "16G"),
+    };
+    const engine = Engine.open(dir, { ...engineOpts, parallel, prefixCache });
     // The folder's name, or a Hugging Face download's repo id ("moonshotai/Kimi-K3").
     const modelName = args["model-name"] ?? engine.name;
     if (!engine.tokenizerDir) log.warn(`${dir} has no tokenizer: only /v1/completions with token-id prompts will work`);
@@ -57,7 +68,7 @@ export default defineCommand({
     }
     if (!["127.0.0.1", "localhost", "::1"].includes(host) && !apiKey)
       log.warn(`listening on ${host} without --api-key: anyone who can reach this port can use the model`);
-    log.info(`serving ${modelName} at ${server.url}/v1 (context ${engine.context} tokens, queue ${queue})`);
+    log.info(`serving ${modelName} at ${server.url}/v1 (context ${engine.context} tokens, ${engine.parallel} parallel, queue ${queue})`);
 
     await new Promise<void>((done) => {
       const stop = () => done();

@@ -1,0 +1,337 @@
+// The prefix cache: session-state snapshots keyed by the token prefix they hold, so a request
+// whose prompt starts with a cached prefix restores that state and feeds only the rest (chat
+// clients resend the whole conversation every turn; K3 prompt tokens cost seconds each).
+//
+// Two tiers, both LRU by last use:
+//   - RAM: snapshots (src/model/snapshot.ts) up to `ramBytes`, inside the memory plan's budget
+//     (the planner's "prefix cache" item);
+//   - disk (optional, `dir`): session files (src/model/session-file.ts: fingerprinted,
+//     CRC-32 over tokens and payload) up to `diskBytes`. A snapshot leaving RAM is written here;
+//     one bigger than the RAM tier goes straight here. Files survive restarts (last use = mtime).
+//
+// Invariants:
+//   - an entry is used only after its bytes are checked: a RAM snapshot is checked against the
+//     session it is restored into; a file against its checksum and the model's fingerprint first.
+//     A bad entry is dropped (its file deleted) with a warning and the lookup goes on to the next
+//     longest prefix; nothing wrong is ever restored;
+//   - a failed write (a full disk, a vanished folder) leaves no file behind and only costs the
+//     entry (a warning, counted); the server goes on;
+//   - an entry's tokens are exactly the state's history: restoring it and feeding the rest of the
+//     prompt is the same computation as feeding the whole prompt (incremental == recompute);
+//   - the cache never holds more than its caps (the RAM figure counts snapshot data bytes).
+import { mkdirSync, readdirSync, rmSync, statSync, utimesSync } from "node:fs";
+import { join } from "node:path";
+import { K3Error } from "../errors.ts";
+import type { Kernels } from "../kernels.ts";
+import { log } from "../log.ts";
+import { readSessionHeader, readSnapshot, saveSnapshot } from "../model/session-file.ts";
+import { captureState, restoreState, type StateSnapshot } from "../model/snapshot.ts";
+import type { SessionState } from "../model/state.ts";
+
+export const PREFIX_FILE_SUFFIX = ".k3prefix";
+
+export interface PrefixCacheOptions {
+  k: Kernels;
+  /** Identity of the model (Engine.fingerprint): files of another model are never used. */
+  fingerprint: string;
+  modelName: string;
+  vocab: number;
+  /** RAM tier size in bytes (0: no RAM tier). */
+  ramBytes: number;
+  /** Disk tier folder (created if missing); absent: no disk tier. */
+  dir?: string;
+  /** Disk tier size cap in bytes (files, headers included). */
+  diskBytes?: number;
+}
+
+export interface PrefixCacheStats {
+  lookups: number;
+  hits: number;
+  ramHits: number;
+  diskHits: number;
+  /** Prompt tokens restored instead of fed. */
+  tokensSaved: number;
+  /** State bytes copied in by hits. */
+  bytesRestored: number;
+  stores: number;
+  /** Entries dropped because they failed a check (bad file, wrong layout). */
+  dropped: number;
+  /** Disk writes that failed (full disk, …): the entry was lost, nothing else. */
+  writeFailures: number;
+  evictedRam: number;
+  evictedDisk: number;
+  ramEntries: number;
+  ramBytes: number;
+  ramCapBytes: number;
+  diskEntries: number;
+  diskBytes: number;
+  diskCapBytes: number;
+}
+
+interface Entry {
+  key: string;
+  tokens: number[];
+  lastUse: number;
+  /** In RAM: the snapshot (data bytes count against the RAM cap). */
+  ram?: StateSnapshot;
+  /** On disk: the file and its size. */
+  file?: { path: string; bytes: number };
+}
+
+/** The cache key of a token prefix (hash of the ids; entries also keep the ids, compared whole). */
+export function prefixKey(tokens: number[]): string {
+  return Bun.hash(new Int32Array(tokens).buffer).toString(16).padStart(16, "0");
+}
+
+export class PrefixCache {
+  private readonly entries = new Map<string, Entry>();
+  private clock = 0;
+  private readonly counters = { lookups: 0, hits: 0, ramHits: 0, diskHits: 0, tokensSaved: 0, bytesRestored: 0, stores: 0, dropped: 0, writeFailures: 0, evictedRam: 0, evictedDisk: 0 };
+
+  constructor(private readonly o: PrefixCacheOptions) {
+    if (!Number.isSafeInteger(o.ramBytes) || o.ramBytes < 0) throw new K3Error("USAGE", `prefix cache RAM size must be ≥ 0 bytes, got ${o.ramBytes}`);
+    if (o.dir !== undefined) {
+      if (!Number.isSafeInteger(o.diskBytes) || o.diskBytes! < 1) throw new K3Error("USAGE", `prefix cache disk size must be ≥ 1 byte, got ${o.diskBytes}`);
+      try {
+        mkdirSync(o.dir, { recursive: true });
+      } catch (e) {
+        throw new K3Error("USAGE", `cannot use ${o.dir} as the prefix cache folder: ${(e as Error).message}`);
+      }
+      this.scanDisk();
+    }
+  }
+
+  get enabled(): boolean {
+    return this.o.ramBytes > 0 || this.o.dir !== undefined;
+  }
+
+  /** The longest cached prefix of `ids` no longer than `maxLen` tokens (undefined: none). */
+  longest(ids: number[], maxLen: number): { tokens: number; key: string } | undefined {
+    let best: Entry | undefined;
+    for (const e of this.entries.values()) {
+      const n = e.tokens.length;
+      if (n > maxLen || n === 0 || (best && n <= best.tokens.length)) continue;
+      if (isPrefix(e.tokens, ids)) best = e;
+    }
+    return best && { tokens: best.tokens.length, key: best.key };
+  }
+
+  /**
+   * Restore the longest usable cached prefix of `ids` (at most `maxLen` tokens, and longer than
+   * `minLen`) into `state`. Returns the tokens restored, or 0 (state untouched) when nothing
+   * usable is cached. A bad entry is dropped and the next longest tried.
+   */
+  restoreLongest(state: SessionState, ids: number[], maxLen: number, minLen = 0): number {
+    if (!this.enabled) return 0;
+    this.counters.lookups++;
+    for (;;) {
+      const hit = this.longest(ids, maxLen);
+      if (!hit || hit.tokens <= minLen) return 0;
+      const e = this.entries.get(hit.key)!;
+      const from = e.ram ? "ram" : "disk";
+      const snap = this.load(e, state);
+      if (!snap) continue;
+      try {
+        restoreState(state, snap, `prefix cache entry ${e.key}`);
+      } catch (err) {
+        this.drop(e, (err as Error).message);
+        continue;
+      }
+      e.lastUse = this.tick();
+      if (e.file) touch(e.file.path);
+      this.counters.hits++;
+      this.counters[from === "ram" ? "ramHits" : "diskHits"]++;
+      this.counters.tokensSaved += snap.pos;
+      this.counters.bytesRestored += snap.data.byteLength;
+      return snap.pos;
+    }
+  }
+
+  /** True when exactly this prefix is cached. */
+  has(tokens: number[]): boolean {
+    const e = this.entries.get(prefixKey(tokens));
+    return !!e && sameTokens(e.tokens, tokens);
+  }
+
+  /** Keep a snapshot of `state` (its whole history) unless that prefix is already cached. */
+  store(state: SessionState): void {
+    if (!this.enabled || state.pos === 0 || state.dirty || state.freed) return;
+    if (this.has(state.history)) {
+      this.entries.get(prefixKey(state.history))!.lastUse = this.tick();
+      return;
+    }
+    const snap = captureState(state);
+    const key = prefixKey(snap.history);
+    const e: Entry = { key, tokens: snap.history, lastUse: this.tick() };
+    this.counters.stores++;
+    if (snap.data.byteLength <= this.o.ramBytes) {
+      e.ram = snap;
+      this.entries.set(key, e);
+      this.fitRam();
+    } else if (this.o.dir !== undefined) {
+      this.entries.set(key, e);
+      this.spill(e, snap);
+    }
+  }
+
+  stats(): PrefixCacheStats {
+    let ramEntries = 0;
+    let diskEntries = 0;
+    for (const e of this.entries.values()) {
+      if (e.ram) ramEntries++;
+      if (e.file) diskEntries++;
+    }
+    return { ...this.counters, ramEntries, ramBytes: this.ramUsed(), ramCapBytes: this.o.ramBytes, diskEntries, diskBytes: this.diskUsed(), diskCapBytes: this.o.dir === undefined ? 0 : this.o.diskBytes! };
+  }
+
+  // ---- tiers ----
+
+  private tick(): number {
+    return (this.clock = Math.max(this.clock + 1, Date.now()));
+  }
+
+  private ramUsed(): number {
+    let n = 0;
+    for (const e of this.entries.values()) if (e.ram) n += e.ram.data.byteLength;
+    return n;
+  }
+
+  private diskUsed(): number {
+    let n = 0;
+    for (const e of this.entries.values()) if (e.file) n += e.file.bytes;
+    return n;
+  }
+
+  /** Oldest first. */
+  private lru(pred: (e: Entry) => boolean): Entry[] {
+    return [...this.entries.values()].filter(pred).sort((a, b) => a.lastUse - b.lastUse);
+  }
+
+  /** Evict RAM entries (least recently used first) until the tier fits its cap; each goes to disk
+   *  when there is a disk tier and it is not there already. */
+  private fitRam(): void {
+    let used = this.ramUsed();
+    for (const e of this.lru((x) => !!x.ram)) {
+      if (used <= this.o.ramBytes) break;
+      const snap = e.ram!;
+      used -= snap.data.byteLength;
+      e.ram = undefined;
+      this.counters.evictedRam++;
+      if (!e.file && this.o.dir !== undefined) this.spill(e, snap);
+      else if (!e.file) this.entries.delete(e.key);
+    }
+  }
+
+  /** Write an entry's snapshot to the disk tier (making room first); a failure loses the entry. */
+  private spill(e: Entry, snap: StateSnapshot): void {
+    const path = join(this.o.dir!, `${this.o.fingerprint.slice(0, 16)}-${e.key}${PREFIX_FILE_SUFFIX}`);
+    try {
+      saveSnapshot(this.o.k, snap, this.o.fingerprint, this.o.modelName, path, { prefixCache: 1 });
+      e.file = { path, bytes: statSync(path).size };
+    } catch (err) {
+      this.counters.writeFailures++;
+      log.warn(`prefix cache: could not write ${path} (${(err as Error).message}); that prefix is not kept`);
+      if (!e.ram) this.entries.delete(e.key);
+      return;
+    }
+    this.fitDisk();
+  }
+
+  private fitDisk(): void {
+    let used = this.diskUsed();
+    for (const e of this.lru((x) => !!x.file)) {
+      if (used <= this.o.diskBytes!) break;
+      used -= e.file!.bytes;
+      rmSync(e.file!.path, { force: true });
+      e.file = undefined;
+      this.counters.evictedDisk++;
+      if (!e.ram) this.entries.delete(e.key);
+    }
+  }
+
+  /** The entry's snapshot: from RAM, or read from its file and checked whole. Undefined (and the
+   *  entry dropped, with a warning) when the file is bad. */
+  private load(e: Entry, state: SessionState): StateSnapshot | undefined {
+    if (e.ram) return e.ram;
+    try {
+      const { snap } = readSnapshot(this.o.k, this.o.vocab, this.o.fingerprint, e.file!.path);
+      if (!sameTokens(snap.history, e.tokens)) throw new K3Error("SESSION", `${e.file!.path} holds another prefix than its index entry`);
+      if (snap.pos > state.maxContext) throw new K3Error("SESSION", `${e.file!.path} holds ${snap.pos} tokens, more than the context`);
+      return snap;
+    } catch (err) {
+      this.drop(e, (err as Error).message);
+      return undefined;
+    }
+  }
+
+  private drop(e: Entry, why: string): void {
+    this.counters.dropped++;
+    log.warn(`prefix cache: dropping a bad entry (${why}); its prefix will be computed again`);
+    if (e.file) rmSync(e.file.path, { force: true });
+    this.entries.delete(e.key);
+  }
+
+  /** Index the disk tier: this model's files by header (a bad header is deleted with a warning),
+   *  leftovers of interrupted writes removed, then the cap applied. */
+  private scanDisk(): void {
+    const dir = this.o.dir!;
+    let names: string[];
+    try {
+      names = readdirSync(dir);
+    } catch (e) {
+      throw new K3Error("USAGE", `cannot read the prefix cache folder ${dir}: ${(e as Error).message}`);
+    }
+    const mine = `${this.o.fingerprint.slice(0, 16)}-`;
+    for (const name of names) {
+      const path = join(dir, name);
+      if (name.endsWith(".tmp") && name.includes(PREFIX_FILE_SUFFIX) && !writerAlive(name)) {
+        rmSync(path, { force: true });
+        continue;
+      }
+      if (!name.endsWith(PREFIX_FILE_SUFFIX) || !name.startsWith(mine)) continue;
+      try {
+        const { header, fileBytes } = readSessionHeader(path);
+        if (header.model !== this.o.fingerprint) continue; // another model's (same name prefix): not ours
+        const key = prefixKey(header.history);
+        if (name !== `${mine}${key}${PREFIX_FILE_SUFFIX}`) throw new K3Error("SESSION", `${path}: its name does not match the prefix it holds`);
+        this.entries.set(key, { key, tokens: header.history, lastUse: statSync(path).mtimeMs, file: { path, bytes: fileBytes } });
+      } catch (err) {
+        this.counters.dropped++;
+        log.warn(`prefix cache: dropping ${path} (${(err as Error).message})`);
+        rmSync(path, { force: true });
+      }
+    }
+    this.clock = Math.max(this.clock, ...[...this.entries.values()].map((e) => e.lastUse));
+    this.fitDisk();
+  }
+}
+
+function isPrefix(p: number[], ids: number[]): boolean {
+  if (p.length > ids.length) return false;
+  for (let i = 0; i < p.length; i++) if (p[i] !== ids[i]) return false;
+  return true;
+}
+
+const sameTokens = (a: number[], b: number[]) => a.length === b.length && isPrefix(a, b);
+
+/** Mark a file used now (its mtime is its last use across restarts); best effort. */
+function touch(path: string): void {
+  try {
+    const now = new Date();
+    utimesSync(path, now, now);
+  } catch {
+    // a file that vanished is found bad on its next use
+  }
+}
+
+/** A temporary file `NAME.PID.tmp` whose writer process still runs (its file is not debris). */
+function writerAlive(name: string): boolean {
+  const pid = Number(/\.(\d+)\.tmp$/.exec(name)?.[1]);
+  if (!Number.isInteger(pid) || pid === process.pid) return pid === process.pid;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
