@@ -837,6 +837,7 @@ export class Engine {
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    this.prefix?.persist();
     this.trace?.close();
     this.model.free();
     this.weights.close();

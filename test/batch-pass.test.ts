@@ -42,7 +42,7 @@ function setup(dir: string) {
   const k = loadKernels();
   const ck = openCheckpoint(dir);
   const w = new ResidentWeights(k, ck.config, ck.tensors);
-  const model = new Model(k, ck.config, w, CHUNK, CONTEXT, PARALLEL);
+  const model = new Model(k, ck.config, w, CHUNK, CONTEXT, 0, PARALLEL);
   const state = () => new SessionState(k, ck.config, CONTEXT);
   return { k, model, w, state, close: () => (model.free(), w.close()) };
 }

@@ -101,6 +101,18 @@ describe("disk tier", () => {
     expect(again.stats()).toMatchObject({ diskHits: 1, diskEntries: 1 });
   });
 
+  test("persist() writes RAM-only entries to the disk tier (the engine does it when it closes)", () => {
+    const dir = scratchDir("prefix-persist");
+    const c = cache({ ramBytes: 2 ** 26, dir });
+    const src = fed(B.slice(0, 6));
+    c.store(src.state);
+    expect(c.stats()).toMatchObject({ ramEntries: 1, diskEntries: 0 });
+    c.persist();
+    const s = engine.createSession();
+    expect(cache({ dir }).restoreLongest(s.state, B, B.length - 1)).toBe(6);
+    expect(stateHex(s.state)).toBe(stateHex(src.state));
+  });
+
   test("the size cap evicts the least recently used files", () => {
     const dir = scratchDir("prefix-cap");
     const first = cache({ dir });

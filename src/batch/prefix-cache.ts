@@ -174,6 +174,13 @@ export class PrefixCache {
     }
   }
 
+  /** Write every entry that is only in RAM to the disk tier (the engine closes: a restarted
+   *  server keeps its prefixes). Nothing without a disk tier; failures are warnings as always. */
+  persist(): void {
+    if (this.o.dir === undefined) return;
+    for (const e of this.lru((x) => !!x.ram && !x.file).reverse()) this.spill(e, e.ram!);
+  }
+
   stats(): PrefixCacheStats {
     let ramEntries = 0;
     let diskEntries = 0;

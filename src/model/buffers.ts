@@ -107,7 +107,7 @@ export const FORWARD_BUFFERS = {
   yall: perRow((c) => c.topK * c.latent), // [rows][topK][latent]: each expert's output by rank
   y: perRow((c) => c.latent), // Σ_rank w·y_e
   // final mix, norm, lm_head (logit rows only)
-  final_bank: { elements: (c) => bankSlots(c) * c.hidden }, // one row's snapshots (the last row alone; a verify pass mixes the bank in place)
+  final_bank: perLogitRow((c) => bankSlots(c) * c.hidden), // [bankSlots][logitRows][E]: the logit rows' snapshots, gathered
   final_h: perLogitRow((c) => c.hidden),
   final_x: perLogitRow((c) => c.hidden),
   logits: perLogitRow((c) => c.vocab),
