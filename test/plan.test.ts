@@ -38,7 +38,8 @@ describe("plan of the released model", () => {
     const extra = scratch(undefined) - scratch(0);
     const inputs = 69 * 8 * (6 * P + cfg.kdaHeads) * 4;
     const kdaScratch = (cfg.kdaHeads * cfg.kdaHeadDim * cfg.kdaHeadDim + 9 * P) * 4;
-    const logits = 8 * (cfg.vocab + 2 * cfg.hidden) * 4; // 8 more logit rows (+ final mix and norm rows)
+    // 8 more logit rows: logits, final mix and norm rows, and each row's gathered AttnRes snapshots
+    const logits = 8 * (cfg.vocab + (2 + Math.ceil(cfg.numLayers / cfg.attnResBlock)) * cfg.hidden) * 4;
     expect(extra).toBeGreaterThanOrEqual(inputs + kdaScratch + logits - 3 * 64); // drafts 0: three empty 64-byte buffers
     expect(extra).toBeLessThan(inputs + kdaScratch + logits + 64 * 8); // allocation rounding only
     const p = planMemory({ ...releaseInput(PRESETS.laptop!), drafts: undefined });
