@@ -21,6 +21,7 @@ function ioJson(io: WeightStats) {
     lookahead_used: io.lookaheadUsed,
     io_wait_ms: round2(io.ioWaitMs),
     verify_ms: round2(io.verifyMs),
+    verified_bytes: io.verifiedBytes,
     direct_io: io.directIo,
     io_mode: io.ioMode, // O_DIRECT | F_NOCACHE (macOS) | buffered
   };

@@ -19,12 +19,15 @@ export interface ReadChecks {
   embedRow(id: number, row: Addr, bytes: number): void;
   /** Time spent checking, ms. */
   readonly ms: number;
+  /** Payload bytes checked (and found as recorded). */
+  readonly bytes: number;
 }
 
 const hex = (x: number | undefined) => (x === undefined ? "nothing" : x.toString(16));
 
 export function checksumChecks(k: Kernels, ckpt: Checkpoint, sums: Checksums): ReadChecks {
   let ms = 0;
+  let bytes = 0;
   const numLayers = ckpt.config.numLayers;
   const timed = <T>(f: () => T): T => {
     const t0 = performance.now();
@@ -38,6 +41,9 @@ export function checksumChecks(k: Kernels, ckpt: Checkpoint, sums: Checksums): R
     get ms() {
       return ms;
     },
+    get bytes() {
+      return bytes;
+    },
     trunkUnit(u, plan, base) {
       const crc = timed(() => payloadCrc(k, plan, base));
       const want = sums.trunk.get(u);
@@ -45,18 +51,21 @@ export function checksumChecks(k: Kernels, ckpt: Checkpoint, sums: Checksums): R
         const names = trunkUnitEntries(ckpt)[u]!.map((t) => t.name);
         throw new K3Error("VERIFY", `the trunk of ${unitName(u, numLayers)} (${names.length} tensors: ${names.slice(0, 3).join(", ")}, …) fails its checksum: read ${hex(crc)}, recorded ${hex(want)}`);
       }
+      bytes += plan.payloadBytes;
     },
     expert(layer, e, plan, base) {
       const crc = timed(() => payloadCrc(k, plan, base));
       const want = sums.experts.get(`${layer}:${e}`);
       if (want === undefined || crc !== want)
         throw new K3Error("VERIFY", `expert ${e} of layer ${layer} (${expertTensorNames(layer, e).join(", ")}) fails its checksum: read ${hex(crc)}, recorded ${hex(want)}`);
+      bytes += plan.payloadBytes;
     },
-    embedRow(id, row, bytes) {
-      const crc = timed(() => k.k3_crc32c(0, row, bytes));
+    embedRow(id, row, rowBytes) {
+      const crc = timed(() => k.k3_crc32c(0, row, rowBytes));
       const want = sums.embedRows[id];
       if (want === undefined || crc !== want)
         throw new K3Error("VERIFY", `embedding row ${id} (${LM_MODEL_PREFIX}embed_tokens.weight) fails its checksum: read ${hex(crc)}, recorded ${hex(want)}`);
+      bytes += rowBytes;
     },
   };
 }

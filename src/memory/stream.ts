@@ -156,6 +156,7 @@ export class StreamingWeights implements WeightProvider {
       lookaheadUsed: x.lookaheadUsed,
       ioWaitMs: this.reader.waitMs,
       verifyMs: this.checks?.ms ?? 0,
+      verifiedBytes: this.checks?.bytes ?? 0,
       directIo: this.reader.directIo,
       ioMode: this.reader.ioMode,
     };

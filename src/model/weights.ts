@@ -40,6 +40,7 @@ export interface WeightStats {
   lookaheadUsed: number;
   ioWaitMs: number;
   verifyMs: number; // time spent checking checksums (--verify)
+  verifiedBytes: number; // payload bytes checked against recorded checksums (--verify): a count, not a time
   directIo: boolean; // ioMode !== "buffered"
   ioMode: IoMode;
 }
@@ -49,7 +50,7 @@ export type IoMode = "O_DIRECT" | "F_NOCACHE" | "buffered";
 
 /** All counters at zero (a provider's starting point). */
 export function zeroStats(ioMode: IoMode): WeightStats {
-  return { trunkBytesRead: 0, expertBytesRead: 0, reads: 0, expertRequests: 0, expertHits: 0, lookaheadIssued: 0, lookaheadUsed: 0, ioWaitMs: 0, verifyMs: 0, directIo: ioMode !== "buffered", ioMode };
+  return { trunkBytesRead: 0, expertBytesRead: 0, reads: 0, expertRequests: 0, expertHits: 0, lookaheadIssued: 0, lookaheadUsed: 0, ioWaitMs: 0, verifyMs: 0, verifiedBytes: 0, directIo: ioMode !== "buffered", ioMode };
 }
 
 /** Counters a − b (what happened between two snapshots of a provider's counters). */
@@ -79,6 +80,7 @@ function combine(a: WeightStats, b: WeightStats, f: (x: number, y: number) => nu
     lookaheadUsed: f(a.lookaheadUsed, b.lookaheadUsed),
     ioWaitMs: f(a.ioWaitMs, b.ioWaitMs),
     verifyMs: f(a.verifyMs, b.verifyMs),
+    verifiedBytes: f(a.verifiedBytes, b.verifiedBytes),
     directIo: a.directIo,
     ioMode: a.ioMode,
   };
