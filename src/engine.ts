@@ -16,7 +16,7 @@ import type { Drafter } from "./speculate/drafter.ts";
 import { NgramDrafter } from "./speculate/ngram.ts";
 import { parseSpeculate, Speculator, type SpeculateSetting, type SpeculationCounters } from "./speculate/speculator.ts";
 import { ResidentWeights } from "./model/resident.ts";
-import { DEFAULT_CONTEXT, DEFAULT_PARALLEL_CAP, DEFAULT_PREFILL_CHUNK, defaultParallel, defaultPrefixCacheBytes, planInputFromCensus, planMemory, sessionStateBytes, type MemoryPlan } from "./memory/plan.ts";
+import { contextFor, DEFAULT_PARALLEL_CAP, DEFAULT_PREFILL_CHUNK, defaultParallel, defaultPrefixCacheBytes, planInputFromCensus, planMemory, sessionStateBytes, type MemoryPlan } from "./memory/plan.ts";
 import { BatchScheduler, type BatchStats, type PassPart, type TicketKind } from "./batch/scheduler.ts";
 import { PrefixCache, type PrefixCacheStats } from "./batch/prefix-cache.ts";
 import type { PolicyName } from "./memory/policy/index.ts";
@@ -186,15 +186,21 @@ export interface ComputeThreads {
   limit: number;
 }
 
+/** The compute threads an engine uses when none are asked for: every hardware thread, up to the
+ *  pool's limit (`k3 plan` assumes the same). */
+export function defaultThreads(hardwareThreads = navigator.hardwareConcurrency ?? 1): number {
+  return Math.max(1, Math.min(hardwareThreads, kernelLimits().poolThreads));
+}
+
 /**
- * Size the process-wide compute pool: `requested`, or every hardware thread up to the pool's
- * limit. A request past the limit is a usage error, not a silent cap.
+ * Size the process-wide compute pool: `requested`, or defaultThreads(). A request past the
+ * pool's limit is a usage error, not a silent cap.
  */
 function computeThreads(k: Kernels, requested: number | undefined, hardwareThreads = navigator.hardwareConcurrency ?? 1): ComputeThreads {
   const limit = kernelLimits(k).poolThreads;
   if (requested !== undefined && (!Number.isInteger(requested) || requested < 1 || requested > limit))
     throw new K3Error("USAGE", `--threads must be an integer from 1 to ${limit} (the compute pool's limit), got ${requested}`);
-  const threads = requested ?? Math.max(1, Math.min(hardwareThreads, limit));
+  const threads = requested ?? defaultThreads(hardwareThreads);
   const got = k.k3_pool_init(threads);
   if (got !== threads) throw new K3Error("INTERNAL", `the compute pool started ${got} threads, asked for ${threads} (the OS refused a thread)`);
   return { threads, hardwareThreads, limit };
@@ -296,6 +302,11 @@ export class Engine {
     return this.pool.threads;
   }
 
+  /** The compute threads, this machine's hardware threads and the pool's limit (for stats). */
+  get computeThreads(): ComputeThreads {
+    return { ...this.pool };
+  }
+
   get config(): ModelConfig {
     return this.checkpoint.config;
   }
@@ -328,7 +339,7 @@ export class Engine {
     const checkpoint = openCheckpointCached(dir, opts.onProgress && ((d, t) => opts.onProgress!("indexing shards", d, t)));
     const cfg = checkpoint.config;
     checkKernelLimits(k, cfg);
-    const context = opts.context ?? DEFAULT_CONTEXT;
+    const context = contextFor(cfg, opts.context);
     const chunk = opts.chunk ?? DEFAULT_PREFILL_CHUNK;
     const speculate = parseSpeculate(opts.speculate ?? "auto", "speculate");
     let drafts = speculate === "off" ? 0 : speculate === "auto" ? autoDrafts(chunk) : speculate;

@@ -5,7 +5,7 @@ export { describeCheckpoint, describeMetadata, renderInfo } from "./checkpoint/d
 export { catalogueFromMetadata, openCheckpoint } from "./checkpoint/catalogue.ts";
 export { openCheckpointCached } from "./checkpoint/index-cache.ts";
 export { computeCensus } from "./checkpoint/census.ts";
-export { DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, defaultParallel, defaultPrefixCacheBytes, planInputFromCensus, planMemory, type MemoryPlan, type PlanInput, type StreamSlots } from "./memory/plan.ts";
+export { contextFor, DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, defaultParallel, defaultPrefixCacheBytes, planInputFromCensus, planMemory, type MemoryPlan, type PlanInput, type StreamSlots } from "./memory/plan.ts";
 export { streamSlots } from "./memory/slots.ts";
 export { gib, parseSize, PRESETS, resolveBudget } from "./memory/ram.ts";
 export { ALL_POLICIES, isPolicyName, nextUseTable } from "./memory/policy/index.ts";

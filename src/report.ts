@@ -3,7 +3,7 @@
 // and GET /k3/stats carry the same fields under the same names: snake_case (as the OpenAI API
 // writes its own), times in ms, bytes in bytes. The one-line summary on stderr is here too.
 // Field meanings: docs/CLI.md ("Stats") and docs/CACHE.md (the counters).
-import type { BatchStats, Engine, GenerationStats, PrefixCacheStats, WeightStats } from "./engine.ts";
+import type { BatchStats, ComputeThreads, Engine, GenerationStats, PrefixCacheStats, WeightStats } from "./engine.ts";
 import { formatBytes } from "./format.ts";
 
 const round2 = (x: number) => Math.round(x * 100) / 100;
@@ -76,6 +76,18 @@ export function engineStatsJson(e: ReturnType<Engine["stats"]>) {
   };
 }
 
+/**
+ * A value with every object key in snake_case (`budgetSource` → `budget_source`): the JSON that
+ * `k3 info`, `k3 plan`, `k3 verify` and `k3 simulate-cache` print comes from internal objects
+ * whose fields are camelCase. Only for objects whose keys are field names, never data (a map
+ * keyed by tensor names would be renamed).
+ */
+export function snakeKeys(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(snakeKeys);
+  if (v === null || typeof v !== "object") return v;
+  return Object.fromEntries(Object.entries(v).map(([k, x]) => [k.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`), snakeKeys(x)]));
+}
+
 /** How a generation ended, in words for the stats line ("" for the usual --gen limit). */
 export function finishWords(reason: string): string {
   const words: Record<string, string> = {
@@ -88,9 +100,16 @@ export function finishWords(reason: string): string {
   return words[reason] ?? reason;
 }
 
+/** "16 threads"; on a machine with more hardware threads than the pool takes, says why it stopped
+ *  there ("64 threads (the pool's limit; 128 hardware threads)"). */
+export function threadsWords(pool: ComputeThreads): string {
+  const capped = pool.threads === pool.limit && pool.hardwareThreads > pool.limit;
+  return `${pool.threads} threads${capped ? ` (the pool's limit; ${pool.hardwareThreads} hardware threads)` : ""}`;
+}
+
 /** The stats line (stderr): tokens, prefill time, s/token, bytes read per token, hits, direct
  *  I/O, peak RSS, threads, and how it ended when that is not the --gen limit. */
-export function statsLine(s: GenerationStats, threads: number, finishReason: string = s.stopReason): string {
+export function statsLine(s: GenerationStats, pool: ComputeThreads, finishReason: string = s.stopReason): string {
   return [
     `${s.generatedTokens} tokens (prompt ${s.promptTokens})`,
     `prefill ${(s.prefillMs / 1000).toFixed(2)} s`,
@@ -101,7 +120,7 @@ export function statsLine(s: GenerationStats, threads: number, finishReason: str
     `direct I/O ${s.io.directIo ? `on (${s.io.ioMode})` : "off"}`,
     s.io.verifyMs > 0 ? `verify ${(s.io.verifyMs / 1000).toFixed(2)} s` : "",
     `peak RSS ${formatBytes(s.peakRssBytes)}`,
-    `${threads} threads`,
+    threadsWords(pool),
     finishWords(finishReason),
   ]
     .filter(Boolean)

@@ -138,7 +138,7 @@ describe("compiled k3: the inspection and maintenance commands", () => {
     const plan = k3(["plan", ...meta, "--preset", "laptop", "--json"]);
     expect(plan.code).toBe(0);
     const p = JSON.parse(plan.out);
-    expect(p.totalBytes).toBeLessThanOrEqual(8 * 2 ** 30);
+    expect(p.total_bytes).toBeLessThanOrEqual(8 * 2 ** 30);
     const below = k3(["plan", ...meta, "--ram", "1G"]);
     expect(below.code).toBe(3); // budget below the floor
     expect(below.err).toContain("floor");

@@ -44,10 +44,10 @@ describe("k3 info", () => {
     const r = k3(["info", "--config", CONFIG, "--index", INDEX, "--json"]);
     expect(r.code).toBe(0);
     const j = JSON.parse(r.out);
-    expect(j.tensors).toEqual({ nonExpert: 2460, expert: 494592, ignored: 168, listed: 497220, shards: 96 });
-    expect(j.census.trunkBytes).toBe(108_811_877_376);
-    expect(j.census.expertCount * j.census.expertBytes).toBe(82_432 * 17_547_264);
-    expect(j.layerMap.mla.slice(-2)).toEqual([91, 92]);
+    expect(j.tensors).toEqual({ non_expert: 2460, expert: 494592, ignored: 168, listed: 497220, shards: 96 });
+    expect(j.census.trunk_bytes).toBe(108_811_877_376);
+    expect(j.census.expert_count * j.census.expert_bytes).toBe(82_432 * 17_547_264);
+    expect(j.layer_map.mla.slice(-2)).toEqual([91, 92]);
     expect(j.layout).toBeNull();
   });
   test("text output names the layer map compressed and the census", () => {
@@ -66,7 +66,7 @@ describe("k3 info", () => {
     const r = k3(["info", dir, "--json"]);
     expect(r.code).toBe(0);
     const j = JSON.parse(r.out);
-    expect(j.layout).toEqual({ contiguousLayers: 5, layers: 5, adjacentExperts: 16, experts: 16, nonContiguousLayers: [] });
+    expect(j.layout).toEqual({ contiguous_layers: 5, layers: 5, adjacent_experts: 16, experts: 16, non_contiguous_layers: [] });
     expect(j.tensors.ignored).toBe(2);
     expect(k3(["info", dir]).out).toContain("contiguous trunk runs: 5/5 layers");
   });

@@ -279,6 +279,20 @@ describe("consistency", () => {
     }
   });
 
+  test("the other commands' --json too: info, plan, verify (with -m, like run), simulate-cache, tokenize", () => {
+    const trace = join(tmp, "consistency.jsonl");
+    expect(k3(["run", model, "--ids", "1,2,3", "--gen", "2", "--trace", trace]).code).toBe(0);
+    const outputs = {
+      info: k3(["info", "-m", model, "--json"]),
+      plan: k3(["plan", "-m", model, "--json"]),
+      verify: k3(["verify", "-m", model, "--json"]),
+      simulate: k3(["simulate-cache", trace, "--slots", "1x", "--json"]),
+      tokenize: k3(["tokenize", model, "hi", "--json"]),
+    };
+    const bad = Object.fromEntries(Object.entries(outputs).map(([cmd, r]) => [cmd, r.code === 0 ? badKeys(JSON.parse(r.out)) : [`exit ${r.code}: ${r.err}`]]));
+    expect(bad).toEqual({ info: [], plan: [], verify: [], simulate: [], tokenize: [] });
+  });
+
   test("errors name the flag as typed; the stats line says how a run ended in words", () => {
     const r = k3(["run", model, "--prompt", "hi", "--top-p", "1.5"]);
     expect(r.code).toBe(2);

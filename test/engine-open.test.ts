@@ -1,17 +1,22 @@
 // What Engine.open refuses, and what it reports, before any weight is read (issue 9 items 13, 14;
-// issue 17 item 7):
+// issue 17 item 7; the context limit):
 //  - compute and I/O thread counts outside the kernels' limits are usage errors (exit 2), not
 //    internal ones; the default on a machine with more hardware threads than the pool takes is
 //    the pool's limit, and stats say so;
 //  - a budget above this machine's usable RAM is refused unless allowOverRam;
 //  - the I/O pool is process-wide: a later engine that asks for another size is refused (one that
-//    does not ask joins it), and each engine counts its own reads and I/O wait.
+//    does not ask joins it), and each engine counts its own reads and I/O wait;
+//  - a context past the model's max_position_embeddings is a usage error naming both numbers
+//    (the default is lowered to it).
 import { afterEach, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { cpSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { Engine } from "../src/engine.ts";
 import { K3Error } from "../src/errors.ts";
 import { PRESETS, usableRam } from "../src/memory/ram.ts";
+import { engineStatsJson, threadsWords } from "../src/report.ts";
 import { streamingBudget } from "./helpers/budgets.ts";
-import { tinyModel } from "./helpers/models.ts";
+import { scratchDir, tinyModel } from "./helpers/models.ts";
 
 setDefaultTimeout(120_000);
 const CLI = [process.execPath, "src/cli/main.ts"];
@@ -68,11 +73,19 @@ describe("thread counts", () => {
         expect(e.threads).toBe(64);
         const s = e.stats();
         expect({ threads: s.threads, hardwareThreads: s.hardwareThreads, limit: s.limit }).toEqual({ threads: 64, hardwareThreads: 128, limit: 64 });
+        // The stats JSON (/k3/stats, the REPL's /stats) and the stats line say it too.
+        expect(engineStatsJson(s)).toMatchObject({ threads: 64, hardware_threads: 128, thread_limit: 64 });
+        expect(threadsWords(e.computeThreads)).toBe("64 threads (the pool's limit; 128 hardware threads)");
       } finally {
         e.close();
       }
     });
   });
+});
+
+test("below the limit the stats line names the count alone", () => {
+  expect(threadsWords({ threads: 2, hardwareThreads: 2, limit: 64 })).toBe("2 threads");
+  expect(threadsWords({ threads: 64, hardwareThreads: 64, limit: 64 })).toBe("64 threads");
 });
 
 describe("budget above usable RAM", () => {
@@ -118,6 +131,31 @@ describe("the I/O pool is shared by every engine in the process", () => {
     } finally {
       a.close();
       b.close();
+    }
+  });
+});
+
+describe("the context limit and the model's max_position_embeddings", () => {
+  test("a context past it is a usage error naming both numbers (Engine.open, run, plan); the default is lowered to it", () => {
+    const d = scratchDir("positions-64");
+    cpSync(dir, d, { recursive: true });
+    const cfgPath = join(d, "config.json");
+    const cfg = JSON.parse(readFileSync(cfgPath, "utf8"));
+    cfg.text_config.max_position_embeddings = 64;
+    writeFileSync(cfgPath, JSON.stringify(cfg));
+    const err = refusal(() => Engine.open(d, { threads: 1, context: 65 }));
+    expect(err.code).toBe("USAGE");
+    expect(err.message).toContain("--context 65 is more than this model's max_position_embeddings (64)");
+    const at = Engine.open(d, { threads: 1, context: 64 });
+    expect(at.context).toBe(64);
+    at.close();
+    const byDefault = Engine.open(d, { threads: 1 }); // 4096 by default: lowered to 64
+    expect(byDefault.context).toBe(64);
+    byDefault.close();
+    for (const args of [["run", d, "--ids", "1,2", "--gen", "1", "--threads", "1", "--context", "100"], ["plan", d, "--context", "100"]]) {
+      const r = k3(args);
+      expect({ args, code: r.code }).toEqual({ args, code: 2 });
+      expect(r.err).toContain("--context 100 is more than this model's max_position_embeddings (64)");
     }
   });
 });

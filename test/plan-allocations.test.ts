@@ -16,6 +16,7 @@ import { SessionState } from "../src/model/state.ts";
 import type { WeightProvider } from "../src/model/weights.ts";
 import { buildConfigJson } from "../tools/gen/config-json.ts";
 import { PRESETS } from "../tools/gen/presets.ts";
+import { snakeKeys } from "../src/report.ts";
 import { streamingBudget } from "./helpers/budgets.ts";
 import { tinyModel } from "./helpers/models.ts";
 
@@ -98,4 +99,22 @@ describe("an open engine allocates no more than its plan", () => {
       }
       expect(over).toEqual([]);
     });
+});
+
+describe("k3 plan DIR prints the plan Engine.open follows", () => {
+  test("the same plan on the release-like and the broken layout (exact read-plan buffers, context, threads)", async () => {
+    for (const broken of [false, true]) {
+      const dir = await tinyModel("tiny-a", { breakLayout: broken });
+      const ram = String(streamingBudget(dir, { context: 256, ringSlots: 2 }));
+      const p = Bun.spawnSync([process.execPath, "src/cli/main.ts", "plan", dir, "--ram", ram, "--context", "256", "--threads", "1", "--json"], { env: { ...process.env, NO_COLOR: "1" } });
+      expect(p.exitCode).toBe(0);
+      const printed = JSON.parse(p.stdout.toString());
+      const e = Engine.open(dir, { ram, context: 256, threads: 1 });
+      try {
+        expect({ broken, plan: printed }).toEqual({ broken, plan: snakeKeys({ model: dir, budgetSource: `--ram ${ram}`, ...e.plan! }) });
+      } finally {
+        e.close();
+      }
+    }
+  });
 });

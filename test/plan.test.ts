@@ -217,8 +217,8 @@ describe("k3 plan", () => {
     const r = k3(["--config", CONFIG, "--index", INDEX, "--preset", "laptop", "--threads", "4", "--json"]);
     expect(r.code).toBe(0);
     const plan = JSON.parse(r.out);
-    expect(plan.budgetBytes).toBe(8 * GiB);
-    expect(plan.totalBytes).toBeLessThanOrEqual(8 * GiB);
+    expect(plan.budget_bytes).toBe(8 * GiB);
+    expect(plan.total_bytes).toBeLessThanOrEqual(8 * GiB);
     expect(plan.threads).toBe(4);
   });
   test("a budget below the floor exits 3 with both numbers on stderr, nothing on stdout", () => {
@@ -236,13 +236,13 @@ describe("k3 plan", () => {
     expect(r.err).toBe("");
     expect(r.code).toBe(0);
     const plan = JSON.parse(r.out);
-    expect(plan.pinnedLayers.length).toBe(8); // a tiny model fits whole
-    expect(plan.ringSlots).toBe(0);
-    expect(plan.contextTokens).toBe(64);
+    expect(plan.pinned_layers.length).toBe(8); // a tiny model fits whole
+    expect(plan.ring_slots).toBe(0);
+    expect(plan.context_tokens).toBe(64);
   });
   test("neither a directory nor --config/--index is a usage error", () => {
-    const r = k3(["--preset", "laptop"]);
-    expect(r.code).toBe(2);
-    expect(r.err).toContain("--config");
+    const r = Bun.spawnSync([process.execPath, "src/cli/main.ts", "plan", "--preset", "laptop"], { env: { ...process.env, NO_COLOR: "1", K3_MODEL: undefined } });
+    expect(r.exitCode).toBe(2);
+    expect(r.stderr.toString()).toContain("--config");
   });
 });

@@ -122,7 +122,7 @@ describe("k3 simulate-cache", () => {
     const p = Bun.spawnSync([process.execPath, "src/cli/main.ts", "simulate-cache", file, "--slots", "3,2x", "--policy", "lru,belady", "--json"]);
     expect(p.exitCode).toBe(0);
     const out = JSON.parse(p.stdout.toString());
-    expect(out.workingSet).toBe(2);
+    expect(out.working_set).toBe(2);
     const got = out.results.map((r: { policy: string; slots: number; hits: number }) => `${r.policy}@${r.slots}=${r.hits}`);
     expect(got).toEqual(["lru@3=0", "belady@3=2", "lru@4=4", "belady@4=4"]);
   });

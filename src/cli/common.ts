@@ -126,6 +126,23 @@ export function resolveModelDir(operand: string | undefined, option?: string): s
   return dir;
 }
 
+/** `k3 info` and `k3 plan`: a model folder (DIR, -m DIR, else $K3_MODEL), or the release's
+ *  metadata alone (--config F --index F, which wins over $K3_MODEL). */
+export function folderOrMetadata(
+  args: { dir?: string; model?: string; config?: string; index?: string },
+  command: string,
+): { dir: string } | { config: string; index: string } {
+  const operand = pickModel(args.dir, args.model);
+  if (args.config !== undefined || args.index !== undefined) {
+    if (operand !== undefined) throw new K3Error("USAGE", "give a model folder or --config and --index, not both");
+    if (!args.config || !args.index) throw new K3Error("USAGE", "--config and --index go together");
+    return { config: args.config, index: args.index };
+  }
+  const dir = operand || process.env.K3_MODEL;
+  if (!dir) throw new K3Error("USAGE", `no model folder: k3 ${command} DIR (or -m DIR, or $K3_MODEL), or k3 ${command} --config F --index F`);
+  return { dir };
+}
+
 export function pickModel(operand: string | undefined, option: string | undefined): string | undefined {
   if (operand !== undefined && option !== undefined) throw new K3Error("USAGE", `two model folders: "${operand}" and -m "${option}"; give one`);
   return option ?? operand;

@@ -67,7 +67,7 @@ const COMMANDS: Record<string, Command> = {
     usage: "/stats",
     what: "stats of the last reply and the engine's counters since start (JSON)",
     run(_arg, s) {
-      if (s.last) process.stderr.write(`last reply: ${statsLine(s.last.stats, s.engine.threads, s.last.finishReason)}\n`);
+      if (s.last) process.stderr.write(`last reply: ${statsLine(s.last.stats, s.engine.computeThreads, s.last.finishReason)}\n`);
       process.stderr.write(`${JSON.stringify(engineStatsJson(s.engine.stats()))}\n`);
     },
   },

@@ -51,6 +51,19 @@ export const MAX_PARALLEL = 64;
 export const PREFIX_CACHE_BUDGET_SHARE = 0.1;
 
 /**
+ * The context limit to size for: `requested`, else DEFAULT_CONTEXT, never past the model's
+ * `max_position_embeddings` (positions the model was not built for). The default is lowered to
+ * it quietly (a small model); a request past it is a usage error naming both numbers.
+ */
+export function contextFor(cfg: ModelConfig, requested: number | undefined): number {
+  if (requested !== undefined && requested > cfg.maxPositions)
+    throw new K3Error("USAGE", `--context ${requested} is more than this model's max_position_embeddings (${cfg.maxPositions})`, [
+      `use --context ${cfg.maxPositions} or less`,
+    ]);
+  return requested ?? Math.min(DEFAULT_CONTEXT, cfg.maxPositions);
+}
+
+/**
  * Buffer sizes the streaming provider allocates for each trunk unit (layers 0..N−1, then the
  * head: lm_head + final norms) and for one expert slot. From a checkpoint they are its read
  * plans' sizes (src/memory/slots.ts: exact, whatever the layout); from metadata alone, the

@@ -26,7 +26,8 @@ import { readRegularFile } from "../files.ts";
 import type { Kernels } from "../kernels.ts";
 import { CBuffers } from "../model/cmem.ts";
 import { ALIGN, buildReadPlan, type ReadPlan } from "./readplan.ts";
-import { trunkUnitEntries, unitName } from "./units.ts";
+import { expertReadPlan, expertSlotBytes, unitReadPlans } from "./slots.ts";
+import { unitName } from "./units.ts";
 
 export const CHECKSUM_FILE = "k3-checksums.json";
 /** -3: embedding rows, and each shard tied by header hash + size + mtime (-2: experts and trunk
@@ -191,7 +192,7 @@ export function computeChecksums(k: Kernels, ckpt: Checkpoint, onProgress?: (don
   const rowBytes = cfg.hidden * 2;
   const sums: Checksums = { experts: new Map(), trunk: new Map(), embedRows: new Uint32Array(cfg.vocab) };
   try {
-    const units = trunkUnitEntries(ckpt).map((list) => buildReadPlan(list));
+    const units = unitReadPlans(ckpt);
     const experts: [number, number][] = [];
     for (let L = cfg.firstKDense; L < cfg.numLayers; L++) for (let e = 0; e < cfg.numExperts; e++) experts.push([L, e]);
     // Embedding rows in blocks: one read each, a CRC per row inside it.
@@ -202,8 +203,8 @@ export function computeChecksums(k: Kernels, ckpt: Checkpoint, onProgress?: (don
       blocks.push({ first, rows, plan: buildReadPlan([part]) });
     }
     const total = units.length + experts.length + blocks.length;
-    const expertSlot = Math.ceil(ckpt.layout.census.expertBytes / ALIGN) * ALIGN + 7 * ALIGN;
-    const largest = Math.max(expertSlot, ...units.map((p) => p.slotBytes), ...blocks.map((b) => b.plan.slotBytes));
+    // The buffer the streaming provider's slots need (slots.ts: exact for any layout), or larger.
+    const largest = Math.max(expertSlotBytes(ckpt), ...units.map((p) => p.slotBytes), ...blocks.map((b) => b.plan.slotBytes));
     const buf = mem.alloc(largest, "verify buffer", ALIGN);
     const readAll = (plan: ReadPlan, what: string) => {
       for (const r of plan.reads) {
@@ -218,7 +219,7 @@ export function computeChecksums(k: Kernels, ckpt: Checkpoint, onProgress?: (don
       onProgress?.(++done, total);
     });
     for (const [L, e] of experts) {
-      const plan = buildReadPlan(expertTensorNames(L, e).map((n) => ckpt.tensors.get(n)!));
+      const plan = expertReadPlan(ckpt, L, e);
       readAll(plan, `expert ${e} of layer ${L}`);
       sums.experts.set(`${L}:${e}`, payloadCrc(k, plan, buf.ptr));
       onProgress?.(++done, total);

@@ -125,7 +125,7 @@ async function replyOnce(engine: Engine, messages: ChatMessage[], opts: ChatOpti
     process.stdout.write(`${JSON.stringify(out)}\n`);
   } else {
     process.stdout.write("\n");
-    log.info(statsLine(result.stats, engine.threads, result.finishReason));
+    log.info(statsLine(result.stats, engine.computeThreads, result.finishReason));
   }
   if (cancelled) process.exitCode = 130;
 }

@@ -1,12 +1,13 @@
-// k3 plan <dir> | --config F --index F  [--preset X] [--ram SIZE] [--context N] [--threads N] [--json]
+// k3 plan [DIR | -m DIR] | --config F --index F  [--preset X] [--ram SIZE] [--context N] [--threads N] [--json]
 // Prints the memory plan (docs/PLAN.md) from the config and tensor sizes alone: no weights read.
-import { availableParallelism } from "node:os";
-import { K3Error } from "../../errors.ts";
+// From a model folder the plan is the one Engine.open makes (the same context rule, default
+// threads and exact read-plan buffer sizes); from metadata the release's layout is assumed.
 import { formatRanges } from "../../format.ts";
-import { catalogueFromMetadata, openCheckpointCached, computeCensus, DEFAULT_CONTEXT, defaultPrefixCacheBytes, planMemory, planInputFromCensus, type MemoryPlan, gib, parseSize, PRESETS, resolveBudget } from "../../inspect.ts";
+import { catalogueFromMetadata, contextFor, DEFAULT_CONTEXT, defaultPrefixCacheBytes, gib, openCheckpointCached, parseSize, planInputFromCensus, planMemory, PRESETS, resolveBudget, streamSlots, type MemoryPlan } from "../../inspect.ts";
+import { defaultThreads, engineLimits } from "../../engine.ts";
+import { snakeKeys } from "../../report.ts";
 import { defineCommand } from "../command.ts";
-import { positiveInt, ramFlag } from "../common.ts";
-import { engineLimits } from "../../engine.ts";
+import { folderOrMetadata, modelOption, positiveInt, ramFlag } from "../common.ts";
 
 function render(plan: MemoryPlan, budgetSource: string, model: string): string {
   const lines = [
@@ -34,13 +35,14 @@ function render(plan: MemoryPlan, budgetSource: string, model: string): string {
 export default defineCommand({
   meta: { name: "plan", description: "Print the memory plan for a RAM budget (no weights are read)" },
   args: {
-    dir: { type: "positional", required: false, valueHint: "DIR", description: "checkpoint folder (headers are validated, weights not read)" },
+    dir: { type: "positional", required: false, valueHint: "DIR", description: "checkpoint folder (headers are validated, weights not read; default: $K3_MODEL)" },
+    ...modelOption,
     config: { type: "string", valueHint: "FILE", description: "config.json (release metadata, with --index instead of a folder)" },
     index: { type: "string", valueHint: "FILE", description: "model.safetensors.index.json[.gz]" },
     preset: { type: "string", default: "auto", valueHint: "NAME", description: `RAM budget: ${Object.keys(PRESETS).join(", ")}, auto (usable RAM)` },
     ram: { type: "string", valueHint: "SIZE", description: "RAM budget (K/M/G/T binary, G = 2^30; KB/MB/GB/TB decimal); overrides --preset; any size, for what-if questions" },
-    context: { type: "string", alias: ["c", "ctx-size"], default: String(DEFAULT_CONTEXT), valueHint: "N", description: "context length the MLA cache is sized for" },
-    threads: { type: "string", alias: ["t"], valueHint: "N", description: "compute threads (default: all CPUs)" },
+    context: { type: "string", alias: ["c", "ctx-size"], valueHint: "N", description: `context length the MLA cache is sized for (default ${DEFAULT_CONTEXT}; at most the model's max_position_embeddings)` },
+    threads: { type: "string", alias: ["t"], valueHint: "N", description: "compute threads (default: this machine's hardware threads, at most the pool's limit)" },
     parallel: { type: "string", valueHint: "N", description: "sessions held at once (k3 serve --parallel; default 1)" },
     "prefix-cache-ram": { type: "string", valueHint: "SIZE", description: "RAM for prefix-cache snapshots (default: k3 serve's share with --parallel, else 0)" },
     json: { type: "boolean", default: false, description: "print the plan as JSON" },
@@ -50,34 +52,36 @@ export default defineCommand({
       ["k3 plan --config reference/k3/config.json --index reference/k3/model.safetensors.index.json.gz --preset laptop", "the release on an 8 GiB budget"],
       ["k3 plan /models/Kimi-K3 --ram 48G --context 32768", "a what-if for a 48 GiB machine, 32k context"],
     ],
+    env: ["K3_MODEL"],
   },
   run({ args }) {
     // Flags first: a typo must not wait for every shard header to be read.
     const budget = resolveBudget(args.preset, ramFlag(args.ram));
     // What-if questions for other machines are the point: more threads than here is fine.
-    const threads = positiveInt(args.threads, "--threads", engineLimits().threads, " (the compute pool's limit)") ?? availableParallelism();
-    const context = positiveInt(args.context, "--context") ?? DEFAULT_CONTEXT;
+    const threads = positiveInt(args.threads, "--threads", engineLimits().threads, " (the compute pool's limit)") ?? defaultThreads();
+    const requestedContext = positiveInt(args.context, "--context");
     const parallel = positiveInt(args.parallel, "--parallel") ?? 1;
-    let cfg, census, model: string;
-    if (args.dir) {
-      if (args.config || args.index) throw new K3Error("USAGE", "give a checkpoint directory or --config/--index, not both");
-      const ck = openCheckpointCached(args.dir);
+    const source = folderOrMetadata(args, "plan");
+    let cfg, census, slots, model: string;
+    if ("dir" in source) {
+      const ck = openCheckpointCached(source.dir);
       cfg = ck.config;
-      census = computeCensus(cfg);
+      census = ck.layout.census;
+      slots = streamSlots(ck); // the buffers the engine will allocate for this layout, exactly
       model = ck.dir;
     } else {
-      if (!args.config || !args.index) throw new K3Error("USAGE", "give a checkpoint directory, or both --config and --index");
-      const cat = catalogueFromMetadata(args.config, args.index);
+      const cat = catalogueFromMetadata(source.config, source.index);
       cfg = cat.config;
       census = cat.census;
-      model = `${args.config} + ${args.index}`;
+      model = `${source.config} + ${source.index}`;
     }
-    const input = planInputFromCensus(cfg, census, budget.bytes, context, threads);
+    const context = contextFor(cfg, requestedContext);
+    const input = planInputFromCensus(cfg, census, budget.bytes, context, threads, undefined, slots);
     input.parallel = parallel;
     const ram = args["prefix-cache-ram"];
     input.prefixCacheBytes = ram !== undefined ? parseSize(ram) : args.parallel !== undefined ? defaultPrefixCacheBytes(input) : 0;
     const plan = planMemory(input);
-    if (args.json) process.stdout.write(`${JSON.stringify({ model, budgetSource: budget.source, ...plan }, null, 2)}\n`);
+    if (args.json) process.stdout.write(`${JSON.stringify(snakeKeys({ model, budgetSource: budget.source, ...plan }), null, 2)}\n`);
     else process.stdout.write(render(plan, budget.source, model));
   },
 });

@@ -132,7 +132,7 @@ export default defineCommand({
         process.stdout.write(`${JSON.stringify(out)}\n`);
       } else {
         process.stdout.write("\n");
-        log.info(statsLine(stats, engine.threads, result.finishReason));
+        log.info(statsLine(stats, engine.computeThreads, result.finishReason));
       }
       if (cancelled) process.exitCode = 130;
     } finally {

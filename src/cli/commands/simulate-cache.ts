@@ -3,6 +3,7 @@
 import { readFileSync } from "node:fs";
 import { defineCommand } from "../command.ts";
 import { K3Error } from "../../errors.ts";
+import { snakeKeys } from "../../report.ts";
 import { ALL_POLICIES, isPolicyName, nextUseTable, parseSlotList, simulateCache, type SimResult, parseTrace, traceKeys } from "../../inspect.ts";
 
 export default defineCommand({
@@ -36,7 +37,7 @@ export default defineCommand({
 
     const info = { tokens: trace.tokens, layers: trace.layers, k: trace.k, experts: trace.experts, workingSet };
     if (args.json) {
-      process.stdout.write(`${JSON.stringify({ trace: args.trace, ...info, results }, null, 2)}\n`);
+      process.stdout.write(`${JSON.stringify(snakeKeys({ trace: args.trace, ...info, results }), null, 2)}\n`);
       return;
     }
     process.stdout.write(

@@ -5,22 +5,31 @@ import { defineCommand } from "../command.ts";
 import { verifyModel } from "../../engine.ts";
 import { log } from "../../log.ts";
 import { formatBytes } from "../../format.ts";
-import { resolveModelDir } from "../common.ts";
+import { snakeKeys } from "../../report.ts";
+import { modelOption, resolveModelDir } from "../common.ts";
 import { barProgress } from "../progress.ts";
 
 export default defineCommand({
   meta: { name: "verify", description: "Check every shard against its header and what --record recorded; --record checksums everything a token can read" },
   args: {
-    model: { type: "positional", required: false, description: "model directory (default: $K3_MODEL)" },
+    dir: { type: "positional", required: false, valueHint: "DIR", description: "model folder (default: $K3_MODEL)" },
+    ...modelOption,
     record: { type: "boolean", description: "read everything once and record CRC-32Cs (trunk, experts, embedding rows) for `run --verify`" },
-    json: { type: "boolean", description: "print the result as JSON" },
+    json: { type: "boolean", description: "print the result as JSON (snake_case keys)" },
+  },
+  help: {
+    examples: [
+      ["k3 verify /models/Kimi-K3 --record", "checksum everything once (then `k3 run --verify` checks every read)"],
+      ["k3 verify -m /models/Kimi-K3", "check the shards, and what --record recorded"],
+    ],
+    env: ["K3_MODEL"],
   },
   run({ args }) {
-    const dir = resolveModelDir(args.model);
+    const dir = resolveModelDir(args.dir, args.model);
     const bar = args.json ? undefined : barProgress();
     const r = verifyModel(dir, { record: args.record, onProgress: bar && ((d, t) => bar("checksumming", d, t)) });
     if (args.json) {
-      process.stdout.write(`${JSON.stringify(r)}\n`);
+      process.stdout.write(`${JSON.stringify(snakeKeys(r))}\n`);
       return;
     }
     const bytes = r.shards.reduce((a, s) => a + s.bytes, 0);
