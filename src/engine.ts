@@ -533,6 +533,7 @@ export class Engine {
 
   /** Every forward goes through here, so the trace sees every chunk. */
   private forward(session: Session, ids: number[], logits = true): Float32Array | null {
+    this.alive(); // a generator may be resumed after close(): never touch freed buffers
     const pos = session.state.pos;
     const out = this.model.forward(session.state, ids, { logits });
     this.trace?.flush(pos);

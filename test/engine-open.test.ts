@@ -159,3 +159,13 @@ describe("the context limit and the model's max_position_embeddings", () => {
     }
   });
 });
+
+describe("close", () => {
+  test("a generation resumed after its engine closed stops with a usage error (never a read of freed memory)", () => {
+    const e = Engine.open(dir, { threads: 1, resident: true });
+    const gen = e.generate(e.createSession(), [5, 6, 7], { maxTokens: 4 });
+    expect(gen.next().done).toBe(false);
+    e.close();
+    expect(() => gen.next()).toThrow("this engine was closed");
+  });
+});

@@ -172,6 +172,17 @@ describe("request bodies", () => {
     }
   });
 
+  test("stop() does not wait for a body that is still arriving: the connection is cut", async () => {
+    // A body deadline longer than this test's timeout: a stop that waited for it would time out.
+    const s = serve(engine, { bodies: { timeoutMs: 600_000 } });
+    const answer = rawRequest(s.port, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{");
+    await until(() => s.bodies.receiving === 1, "upload started");
+    await s.stop();
+    const r = await answer; // the server closed the connection
+    expect(r.text).toBe("");
+    expect(s.bodies.timedOut).toBe(0);
+  });
+
   test("250 bodies that never finish: 64 are held, 186 get 503 and are closed at once; /health and GETs answer", async () => {
     const s = serve(engine);
     const sockets: Socket[] = [];

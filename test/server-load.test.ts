@@ -4,6 +4,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { readdirSync } from "node:fs";
 import type { Engine } from "../src/engine.ts";
+import { liveCBytes } from "../src/model/cmem.ts";
 import type { K3Server } from "../src/server/server.ts";
 import { directChatGreedy, directGreedy, openTinyEngine, post, readSse, serve, until } from "./server.helpers.ts";
 
@@ -131,6 +132,40 @@ describe("disconnects", () => {
     await until(() => server.queue.running === 0, "idle");
     const ran = server.recent.slice(gens);
     expect(ran.map((g) => g.prompt_tokens)).toEqual([1]);
+  });
+});
+
+describe("stop", () => {
+  test("stopping frees the server's session: C memory back to the engine's own after 10 servers", async () => {
+    const before = liveCBytes();
+    const servers = Array.from({ length: 10 }, () => serve(engine));
+    expect(liveCBytes()).toBeGreaterThan(before); // each holds a session (KDA state, MLA cache)
+    for (const s of servers) await s.stop();
+    expect(liveCBytes()).toBe(before);
+  });
+
+  test("a generation running at stop ends at its next token (cancelled), a queued one gets 503, then the session is freed", async () => {
+    const before = liveCBytes();
+    const server = serve(engine, { queue: 4 });
+    const url = `${server.url}/v1/completions`;
+    const gens = server.recent.length;
+    const running = post(url, { prompt: [1, 2], max_tokens: 4000, stream: true });
+    await until(() => server.queue.running > 0, "running");
+    const queued = post(url, { prompt: [3, 4], max_tokens: 3 });
+    await until(() => server.queue.waiting === 1, "queued");
+    await server.stop();
+    expect(server.queue.running).toBe(0);
+    expect(server.recent.slice(gens).map((g) => g.finish_reason)).toEqual(["cancelled"]);
+    expect(server.recent[gens]!.completion_tokens).toBeLessThan(4000);
+    expect(liveCBytes()).toBe(before);
+    // The running stream ended properly (its finish chunk and [DONE]); the waiter was refused.
+    const events = await readSse(await running);
+    expect(events.at(-1)!.data).toBe("[DONE]");
+    expect(events.at(-2)!.data.k3.stop_reason).toBe("cancelled"); // OpenAI's finish_reason has no "cancelled"
+    const q = await queued;
+    expect(q.status).toBe(503);
+    expect(((await q.json()) as any).error.code).toBe("server_stopping");
+    await server.stop(); // a second stop is a no-op
   });
 });
 

@@ -23,6 +23,11 @@ export interface CBuf {
  *  with this rule too, so its figures are what CBuffers really allocates. */
 export const allocationBytes = (bytes: number): number => Math.max(64, Math.ceil(bytes / 64) * 64);
 
+/** C bytes allocated through CBuffers in this process and not yet freed (every k3 C allocation
+ *  goes through CBuffers): tests hold owners to freeing what they allocated. */
+let liveBytes = 0;
+export const liveCBytes = (): number => liveBytes;
+
 /** A set of C allocations owned together (one model's scratch, one session's state). */
 export class CBuffers {
   private bufs: CBuf[] = [];
@@ -40,6 +45,7 @@ export class CBuffers {
       i32: () => new Int32Array(toArrayBuffer(p, 0, size)),
     };
     this.bufs.push(buf);
+    liveBytes += size;
     return buf;
   }
 
@@ -52,7 +58,10 @@ export class CBuffers {
   }
 
   free(): void {
-    for (const b of this.bufs) this.k.k3_mem_free(b.ptr);
+    for (const b of this.bufs) {
+      this.k.k3_mem_free(b.ptr);
+      liveBytes -= b.bytes;
+    }
     this.bufs = [];
   }
 }

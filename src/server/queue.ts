@@ -5,16 +5,25 @@
 //   - at most `slots` holders at a time; `release()` hands the place to the oldest live waiter;
 //   - at most `capacity` waiters; one more is refused at once (the caller answers 503) instead of
 //     queueing without bound while the machine is saturated;
-//   - a waiter whose client went away (signal aborted) leaves the queue and never runs.
+//   - a waiter whose client went away (signal aborted) leaves the queue and never runs;
+//   - once closed (the server stops), nothing more is granted: waiters and later callers get 503,
+//     running generations see `closed` (their stop condition) and `close()` resolves when the last
+//     one released its place, so the owner may then free what they used (the sessions).
 import { ApiError, clientGone } from "./errors.ts";
+
+const stopping = () => new ApiError(503, "the server is stopping", "overloaded_error", null, "server_stopping");
 
 interface Waiter {
   grant: (release: () => void) => void;
+  refuse: (err: unknown) => void;
 }
 
 export class GenerationQueue {
   private holders = 0;
   private readonly waiters: Waiter[] = [];
+  private idle?: () => void;
+  /** Set by close(): running generations stop at their next token. */
+  closed = false;
   /** Mean wall time of recent generations (ms), for Retry-After. */
   private meanMs = 0;
 
@@ -36,6 +45,7 @@ export class GenerationQueue {
    *  when the queue is full, or with the signal's reason when the client goes away first. */
   acquire(signal?: AbortSignal): Promise<() => void> {
     if (signal?.aborted) return Promise.reject(clientGone("while it waited"));
+    if (this.closed) return Promise.reject(stopping());
     if (this.holders < this.slots) {
       this.holders++;
       return Promise.resolve(this.releaser());
@@ -55,6 +65,10 @@ export class GenerationQueue {
           signal?.removeEventListener("abort", onAbort);
           resolve(release);
         },
+        refuse: (err) => {
+          signal?.removeEventListener("abort", onAbort);
+          reject(err);
+        },
       };
       const onAbort = () => {
         const i = this.waiters.indexOf(w);
@@ -64,6 +78,15 @@ export class GenerationQueue {
       signal?.addEventListener("abort", onAbort, { once: true });
       this.waiters.push(w);
     });
+  }
+
+  /** Take no more generations (waiters get 503); resolves once every running one has released
+   *  its place. */
+  close(): Promise<void> {
+    this.closed = true;
+    for (const w of this.waiters.splice(0)) w.refuse(stopping());
+    if (this.holders === 0) return Promise.resolve();
+    return new Promise((resolve) => (this.idle = resolve));
   }
 
   /** Records how long a generation held the engine (feeds the Retry-After estimate). */
@@ -76,9 +99,10 @@ export class GenerationQueue {
     return () => {
       if (released) return; // idempotent: a finally and an error path may both release
       released = true;
-      const next = this.waiters.shift();
-      if (next) next.grant(this.releaser());
-      else this.holders--;
+      const next = this.closed ? undefined : this.waiters.shift();
+      if (next) return next.grant(this.releaser());
+      this.holders--;
+      if (this.holders === 0) this.idle?.();
     };
   }
 }

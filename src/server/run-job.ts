@@ -14,7 +14,8 @@
 //     header is sent, so they become a proper 4xx; later errors end the stream with an error event;
 //   - a client that goes away (request.signal, or the SSE stream cancelled) sets `cancelled`,
 //     which the engine polls before every token, so the generation ends within one token; the
-//     generator is still driven to its end so its stats (stop_reason "cancelled") are recorded.
+//     generator is still driven to its end so its stats (stop_reason "cancelled") are recorded;
+//     a server that stops (queue closed) ends it the same way.
 import type { Engine, Session } from "../engine.ts";
 import { log } from "../log.ts";
 import { toApiError } from "./errors.ts";
@@ -77,7 +78,7 @@ export async function runJob<D, R>(place: JobPlace, req: Request, job: Job<D, R>
   let gen: Generator<D, R>;
   let first: IteratorResult<D, R>;
   try {
-    gen = job.start(() => cancelled, session);
+    gen = job.start(() => cancelled || queue.closed, session);
     first = gen.next();
   } catch (err) {
     release();

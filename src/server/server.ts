@@ -46,6 +46,8 @@ export interface K3Server {
   recent: GenerationRecord[];
   /** Bodies being received now, and requests refused while receiving one. */
   bodies: BodyCounters;
+  /** Stop listening, end the running generation at its next token, refuse the waiting ones, and
+   *  close the server's sessions (their C memory is freed; the engine stays open: its owner's). */
   stop(): Promise<void>;
 }
 
@@ -97,6 +99,7 @@ export function startServer(engine: Engine, opts: ServerOptions): K3Server {
     },
   });
 
+  let stopped: Promise<void> | undefined;
   const host = server.hostname?.includes(":") ? `[${server.hostname}]` : server.hostname;
   return {
     url: `http://${host}:${server.port}`,
@@ -104,9 +107,19 @@ export function startServer(engine: Engine, opts: ServerOptions): K3Server {
     queue: ctx.queue,
     recent: ctx.counters.recent,
     bodies: ctx.bodies.counters,
-    async stop() {
-      await server!.stop(true);
-      ctx.sessions.close();
+    stop() {
+      stopped ??= (async () => {
+        // Waiters are answered 503, running generations end at their next token; no new
+        // connections meanwhile. Then the sessions are freed; once every answer is out, whatever is
+        // still open (a body still arriving) is cut rather than waited for.
+        const idle = ctx.queue.close();
+        void server!.stop(false);
+        await idle;
+        ctx.sessions.close();
+        while (server!.pendingRequests > ctx.bodies.counters.receiving) await new Promise((r) => setImmediate(r));
+        await server!.stop(true);
+      })();
+      return stopped;
     },
   };
 }
