@@ -200,8 +200,8 @@ describe("request bodies", () => {
         });
         sockets.push(sock);
       }
-      await until(() => s.bodies.receiving + s.bodies.tooMany === 250, "every request seen", 60_000);
-      await until(() => closed === 186, "refused connections closed", 60_000);
+      await until(() => s.bodies.receiving + s.bodies.tooMany === 250, "every request seen");
+      await until(() => closed === 186, "refused connections closed");
       expect(s.bodies.receiving).toBe(64);
       expect(s.bodies.tooMany).toBe(186);
       expect(answers.every((a) => a.startsWith("HTTP/1.1 503 ") && a.includes('"code":"too_many_connections"') && /retry-after: 1\r\n/i.test(a))).toBe(true);
