@@ -1,7 +1,7 @@
 // Shared by test/server*.test.ts: one tiny engine per test file, servers on random loopback ports,
 // the engine's own greedy output for cross-checks, and a small SSE reader.
 import { connect } from "node:net";
-import { Engine, parseAssistantOutput, renderChat, segmentsToIds, type AssistantOutput, type ChatMessage } from "../src/engine.ts";
+import { Engine, parseAssistantOutput, renderChat, segmentsToIds, type AssistantOutput, type ChatMessage, type Session } from "../src/engine.ts";
 import { startServer, type K3Server, type ServerOptions } from "../src/server/server.ts";
 import { tinyModel } from "./helpers/models.ts";
 
@@ -10,6 +10,20 @@ import { tinyModel } from "./helpers/models.ts";
  *  (measured: 2.5x the CPU time per request of tiny-a, load ~9). */
 export async function openTinyEngine(): Promise<Engine> {
   return Engine.open(await tinyModel("tiny-a"), { threads: 1 });
+}
+
+/** Every session `engine` creates from now on (a server's own included), until `stop()`. C memory
+ *  is counted process-wide and sessions other tests dropped are freed by a finalizer at any GC,
+ *  so a server's sessions are checked by name, not by a global figure. */
+export function watchSessions(engine: Engine): { sessions: Session[]; stop(): void } {
+  const sessions: Session[] = [];
+  const create = engine.createSession;
+  engine.createSession = function (this: Engine) {
+    const s = create.call(this);
+    sessions.push(s);
+    return s;
+  };
+  return { sessions, stop: () => void (engine.createSession = create) };
 }
 
 export function serve(engine: Engine, opts: Partial<ServerOptions> = {}): K3Server {
