@@ -100,6 +100,23 @@ K3_API void k3_matmul_f32(const float* W, const float* X, float* Y,
 K3_API void k3_matmul_mxfp4(const uint8_t* packed, const uint8_t* scales, const float* X,
                             float* Y, int32_t rows, int32_t cols, int32_t T);
 
+/* Compact trunk (opt-in, issue 16; kernels/k3_matmul_q.c): integers q in groups of 32 columns with
+ * one f32 scale per group, w ≈ q·s. Q8: q int8 [rows][cols]. Q4: [rows][cols/2]; in group g, byte
+ * i (0..15) holds column 32g+i in its low nibble and column 32g+16+i in its high nibble, each as
+ * q+8. Scales [rows][cols/32] f32. cols must be a multiple of 32 (else nothing is written).
+ * Order (all paths): for each group g (increasing), p[j] = q(c0+j)·x(c0+j) + q(c0+16+j)·x(c0+16+j)
+ * for lanes j = 0..15, then acc[j] += p[j]·s_g; lanes combined by the halving tree above. */
+K3_API void k3_matmul_q8(const int8_t* q, const float* scales, const float* X, float* Y,
+                         int32_t rows, int32_t cols, int32_t T);
+K3_API void k3_matmul_q4(const uint8_t* q, const float* scales, const float* X, float* Y,
+                         int32_t rows, int32_t cols, int32_t T);
+/* Quantise a bf16 matrix to Q8 (bits 8) or Q4 (bits 4): per group s = amax/127 (or /7) in f32,
+ * q = nearest integer to w/s (ties to even), clamped to ±127 (±7); an all-zero group has s = 0.
+ * Q: [rows][cols] or [rows][cols/2] bytes; scales [rows][cols/32]. K3_ERR_ARG for bad sizes,
+ * K3_ERR_NONFINITE (nothing written) when a weight is NaN or ±inf. */
+K3_API int32_t k3_quantize_bf16(const uint16_t* W, int32_t rows, int32_t cols, int32_t bits,
+                                uint8_t* Q, float* scales);
+
 /* ---- elementwise and vector ops (single implementation, sequential order) ---- */
 K3_API void    k3_bf16_to_f32(const uint16_t* src, float* dst, int64_t n);
 K3_API void    k3_add(float* y, const float* x, int64_t n);                  /* y += x */

@@ -42,6 +42,10 @@ export const symbols = {
   k3_matmul_bf16: { args: [ptr, ptr, ptr, i32, i32, i32], returns: v },
   k3_matmul_f32: { args: [ptr, ptr, ptr, i32, i32, i32], returns: v },
   k3_matmul_mxfp4: { args: [ptr, ptr, ptr, ptr, i32, i32, i32], returns: v },
+  // compact trunk (kernels/k3_matmul_q.c): (q, scales, X, Y, rows, cols, T); quantiser (W, rows, cols, bits, Q, scales)
+  k3_matmul_q8: { args: [ptr, ptr, ptr, ptr, i32, i32, i32], returns: v },
+  k3_matmul_q4: { args: [ptr, ptr, ptr, ptr, i32, i32, i32], returns: v },
+  k3_quantize_bf16: { args: [ptr, i32, i32, i32, ptr, ptr], returns: i32 }, // K3_OK / K3_ERR_ARG / K3_ERR_NONFINITE
 
   // elementwise
   k3_bf16_to_f32: { args: [ptr, ptr, i64], returns: v },

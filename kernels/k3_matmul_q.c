@@ -1,0 +1,290 @@
+/* The compact trunk (issue 16, opt-in: `k3 pack --trunk int8|int4`): group-quantised matrices and
+ * their products. Weights are integers q in groups of 32 columns with one f32 scale per group:
+ * w ≈ q·s. Formats (k3.h):
+ *   Q8: data [rows][cols] int8 (natural column order), scales [rows][cols/32] f32.
+ *   Q4: data [rows][cols/2]; in group g, byte i (0..15) holds column 32g+i in its low nibble and
+ *       column 32g+16+i in its high nibble, each as q+8 (q ∈ [−8, 7]). This layout puts the two
+ *       columns of one lane pair in one byte, so vector paths decode a group with one widening
+ *       load, an AND and a shift.
+ * Order (all paths, the MXFP4 order of k3.h with integer weights): per group g in increasing g,
+ * p[j] = q(c0+j)·x(c0+j) + q(c0+16+j)·x(c0+16+j) for lanes j = 0..15 (each product rounded to f32,
+ * then the pair add), acc[j] += p[j]·s_g (product rounded, then the add); halving tree. q is an
+ * integer, exact in f32. No FMA (-ffp-contract=off). Scalar, AVX2 (lanes 0–7 / 8–15 in two ymm)
+ * and AVX-512 (one zmm) do the same operations in the same order: bit-identical.
+ * Threads split rows (one row per thread, any T gives the same bits), like the other matmuls.
+ *
+ * The quantisers are here too, so packing a 100 GB trunk runs at C speed on every core and
+ * gives the same bytes on every machine: s = amax/127 (Q8) or amax/7 (Q4) in f32, q = the
+ * nearest integer to w/s (ties to even), clamped; an all-zero group has s = 0 and q = 0. */
+#include "k3_internal.h"
+#include <immintrin.h>
+
+#define T512 __attribute__((target("avx512f,avx512bw")))
+#define TAVX2 __attribute__((target("avx2")))
+#define INLINE __attribute__((always_inline)) static inline
+#define UNROLL _Pragma("clang loop unroll(full)")
+#define SMALL_WEIGHTS 65536 /* below this many weights a product runs on the calling thread */
+
+typedef struct {
+  const uint8_t* W; /* Q8: int8 [rows][cols]; Q4: [rows][cols/2] */
+  const float* S;   /* [rows][cols/32] */
+  const float* X;   /* [T][cols] */
+  float* Y;         /* [T][rows] */
+  int32_t rows, cols, T, q4;
+} q_job;
+
+/* ---------------------------------------------------------------- scalar (reference order) */
+static float q_row_scalar(const q_job* j, int64_t r, int32_t t) {
+  const int32_t cols = j->cols, G = cols / 32;
+  const int64_t rb = j->q4 ? cols / 2 : cols;
+  const uint8_t* b = j->W + r * rb;
+  const float* s = j->S + r * G;
+  const float* x = j->X + (int64_t)t * cols;
+  float acc[16] = {0};
+  for (int32_t g = 0; g < G; g++) {
+    const float* xg = x + g * 32;
+    for (int l = 0; l < 16; l++) {
+      float qa, qb;
+      if (j->q4) {
+        qa = (float)((b[g * 16 + l] & 15) - 8);
+        qb = (float)((b[g * 16 + l] >> 4) - 8);
+      } else {
+        qa = (float)(int8_t)b[g * 32 + l];
+        qb = (float)(int8_t)b[g * 32 + 16 + l];
+      }
+      float pa = qa * xg[l];
+      float pb = qb * xg[16 + l];
+      float p = pa + pb;
+      float ps = p * s[g];
+      acc[l] += ps;
+    }
+  }
+  return k3_tree16(acc);
+}
+
+static void q_rows_scalar(const q_job* j, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; r++)
+    for (int32_t t = 0; t < j->T; t++) j->Y[(int64_t)t * j->rows + r] = q_row_scalar(j, r, t);
+}
+
+/* ---------------------------------------------------------------- AVX2 */
+TAVX2 INLINE float tree_avx2(__m256 a, __m256 b) {
+  __m256 s8 = _mm256_add_ps(a, b);
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+  return _mm_cvtss_f32(s1);
+}
+
+/* Group g of a row as four vectors of 8 weights: a0 = columns c0..c0+7, a1 = c0+8..15,
+ * b0 = c0+16..23, b1 = c0+24..31. */
+TAVX2 INLINE void q_group_avx2(const uint8_t* row, int32_t g, const int q4, __m256* a0, __m256* a1, __m256* b0, __m256* b1) {
+  if (q4) {
+    const __m256i eight = _mm256_set1_epi32(8), low = _mm256_set1_epi32(15);
+    __m128i v = _mm_loadu_si128((const __m128i*)(row + g * 16));
+    __m256i u0 = _mm256_cvtepu8_epi32(v), u1 = _mm256_cvtepu8_epi32(_mm_srli_si128(v, 8));
+    *a0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(u0, low), eight));
+    *a1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(u1, low), eight));
+    *b0 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(u0, 4), eight));
+    *b1 = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(u1, 4), eight));
+  } else {
+    __m128i v = _mm_loadu_si128((const __m128i*)(row + g * 32)), w = _mm_loadu_si128((const __m128i*)(row + g * 32 + 16));
+    *a0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+    *a1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)));
+    *b0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(w));
+    *b1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(w, 8)));
+  }
+}
+
+/* Rows r..r+RB−1 × tokens t0..t0+TB−1 (RB·TB ≤ 4): each (row, token) keeps its own two
+ * accumulators (lanes 0–7, 8–15); one decode serves TB tokens. */
+TAVX2 INLINE void q_block_avx2(const q_job* j, int64_t r, int32_t t0, const int RB, const int TB, const int q4) {
+  const int32_t cols = j->cols, G = cols / 32;
+  const int64_t rb = q4 ? cols / 2 : cols;
+  __m256 lo[4][4], hi[4][4];
+  UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++) lo[i][t] = hi[i][t] = _mm256_setzero_ps();
+  for (int32_t g = 0; g < G; g++) {
+    UNROLL for (int i = 0; i < RB; i++) {
+      __m256 a0, a1, b0, b1;
+      q_group_avx2(j->W + (r + i) * rb, g, q4, &a0, &a1, &b0, &b1);
+      __m256 s = _mm256_broadcast_ss(j->S + (r + i) * G + g);
+      UNROLL for (int t = 0; t < TB; t++) {
+        const float* x = j->X + (int64_t)(t0 + t) * cols + g * 32;
+        __m256 p0 = _mm256_add_ps(_mm256_mul_ps(a0, _mm256_loadu_ps(x)), _mm256_mul_ps(b0, _mm256_loadu_ps(x + 16)));
+        __m256 p1 = _mm256_add_ps(_mm256_mul_ps(a1, _mm256_loadu_ps(x + 8)), _mm256_mul_ps(b1, _mm256_loadu_ps(x + 24)));
+        lo[i][t] = _mm256_add_ps(lo[i][t], _mm256_mul_ps(p0, s));
+        hi[i][t] = _mm256_add_ps(hi[i][t], _mm256_mul_ps(p1, s));
+      }
+    }
+  }
+  UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++)
+    j->Y[(int64_t)(t0 + t) * j->rows + r + i] = tree_avx2(lo[i][t], hi[i][t]);
+}
+
+/* One token: 4 rows at a time (4 independent add chains, one x load per 4 rows); several: 2 rows
+ * × 2 tokens. Leftovers one at a time. */
+TAVX2 INLINE void q_rows_avx2_x(const q_job* j, int64_t r0, int64_t r1, const int q4) {
+  const int32_t T = j->T;
+  int64_t r = r0;
+  if (T == 1) {
+    for (; r + 4 <= r1; r += 4) q_block_avx2(j, r, 0, 4, 1, q4);
+    for (; r < r1; r++) q_block_avx2(j, r, 0, 1, 1, q4);
+    return;
+  }
+  for (; r + 2 <= r1; r += 2) {
+    int32_t t = 0;
+    for (; t + 2 <= T; t += 2) q_block_avx2(j, r, t, 2, 2, q4);
+    if (t < T) q_block_avx2(j, r, t, 2, 1, q4);
+  }
+  for (; r < r1; r++)
+    for (int32_t t = 0; t < T; t++) q_block_avx2(j, r, t, 1, 1, q4);
+}
+TAVX2 static void q_rows_avx2(const q_job* j, int64_t r0, int64_t r1) {
+  if (j->q4) q_rows_avx2_x(j, r0, r1, 1);
+  else q_rows_avx2_x(j, r0, r1, 0);
+}
+
+/* ---------------------------------------------------------------- AVX-512 */
+T512 INLINE float tree_avx512(__m512 v) {
+  __m256 lo = _mm512_castps512_ps256(v);
+  __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+  __m256 s8 = _mm256_add_ps(lo, hi);
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+  return _mm_cvtss_f32(s1);
+}
+
+/* Group g of a row: wa = columns c0..c0+15, wb = c0+16..c0+31 (lane j = logical lane j). */
+T512 INLINE void q_group_avx512(const uint8_t* row, int32_t g, const int q4, __m512* wa, __m512* wb) {
+  if (q4) {
+    __m512i u = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(row + g * 16)));
+    const __m512i eight = _mm512_set1_epi32(8);
+    *wa = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(u, _mm512_set1_epi32(15)), eight));
+    *wb = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(u, 4), eight));
+  } else {
+    *wa = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(row + g * 32))));
+    *wb = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(row + g * 32 + 16))));
+  }
+}
+
+/* Rows r..r+RB−1 × tokens t0..t0+TB−1 (RB, TB ≤ 4): one decode per TB tokens, one x load per RB
+ * rows, RB·TB independent add chains. */
+T512 INLINE void q_block_avx512(const q_job* j, int64_t r, int32_t t0, const int RB, const int TB, const int q4) {
+  const int32_t cols = j->cols, G = cols / 32;
+  const int64_t rb = q4 ? cols / 2 : cols;
+  __m512 acc[4][4];
+  UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++) acc[i][t] = _mm512_setzero_ps();
+  for (int32_t g = 0; g < G; g++) {
+    __m512 wa[4], wb[4], s[4];
+    UNROLL for (int i = 0; i < RB; i++) {
+      q_group_avx512(j->W + (r + i) * rb, g, q4, &wa[i], &wb[i]);
+      s[i] = _mm512_set1_ps(j->S[(r + i) * G + g]);
+    }
+    UNROLL for (int t = 0; t < TB; t++) {
+      const float* x = j->X + (int64_t)(t0 + t) * cols + g * 32;
+      __m512 xa = _mm512_loadu_ps(x), xb = _mm512_loadu_ps(x + 16);
+      UNROLL for (int i = 0; i < RB; i++) {
+        __m512 p = _mm512_add_ps(_mm512_mul_ps(wa[i], xa), _mm512_mul_ps(wb[i], xb));
+        acc[i][t] = _mm512_add_ps(acc[i][t], _mm512_mul_ps(p, s[i]));
+      }
+    }
+  }
+  UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++)
+    j->Y[(int64_t)(t0 + t) * j->rows + r + i] = tree_avx512(acc[i][t]);
+}
+
+T512 INLINE void q_rows_avx512_x(const q_job* j, int64_t r0, int64_t r1, const int q4) {
+  const int32_t T = j->T;
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) {
+    int32_t t = 0;
+    for (; t + 4 <= T; t += 4) q_block_avx512(j, r, t, 4, 4, q4);
+    switch (T - t) {
+      case 3: q_block_avx512(j, r, t, 4, 3, q4); break;
+      case 2: q_block_avx512(j, r, t, 4, 2, q4); break;
+      case 1: q_block_avx512(j, r, t, 4, 1, q4); break;
+    }
+  }
+  for (; r < r1; r++) {
+    int32_t t = 0;
+    for (; t + 4 <= T; t += 4) q_block_avx512(j, r, t, 1, 4, q4);
+    for (; t < T; t++) q_block_avx512(j, r, t, 1, 1, q4);
+  }
+}
+T512 static void q_rows_avx512(const q_job* j, int64_t r0, int64_t r1) {
+  if (j->q4) q_rows_avx512_x(j, r0, r1, 1);
+  else q_rows_avx512_x(j, r0, r1, 0);
+}
+
+/* ---------------------------------------------------------------- dispatch */
+typedef struct { q_job j; void (*fn)(const q_job*, int64_t, int64_t); } q_task;
+
+static void q_part(void* ctx, int32_t i, int32_t n) {
+  q_task* t = ctx;
+  int64_t lo, hi;
+  k3_chunk(t->j.rows, i, n, &lo, &hi);
+  if (hi > lo) t->fn(&t->j, lo, hi);
+}
+
+static void q_run(q_job j) {
+  if (j.rows <= 0 || j.T <= 0 || j.cols % 32 != 0) return; /* contract: cols multiple of 32 (k3.h) */
+  int32_t isa = k3_isa_current();
+  q_task t = { j, isa == K3_ISA_AVX512 ? q_rows_avx512 : isa == K3_ISA_AVX2 ? q_rows_avx2 : q_rows_scalar };
+  k3_pool_run_if(q_part, &t, (int64_t)j.rows * j.cols < SMALL_WEIGHTS);
+}
+
+K3_API void k3_matmul_q8(const int8_t* q, const float* scales, const float* X, float* Y,
+                         int32_t rows, int32_t cols, int32_t T) {
+  q_job j = { (const uint8_t*)q, scales, X, Y, rows, cols, T, 0 };
+  q_run(j);
+}
+
+K3_API void k3_matmul_q4(const uint8_t* q, const float* scales, const float* X, float* Y,
+                         int32_t rows, int32_t cols, int32_t T) {
+  q_job j = { q, scales, X, Y, rows, cols, T, 1 };
+  q_run(j);
+}
+
+/* ---------------------------------------------------------------- quantisers */
+typedef struct { const uint16_t* W; uint8_t* Q; float* S; int32_t rows, cols, q4; } quant_job;
+
+static void quant_part(void* ctx, int32_t i, int32_t n) {
+  const quant_job* j = ctx;
+  const int32_t cols = j->cols, G = cols / 32;
+  const float qmax = j->q4 ? 7.0f : 127.0f;
+  int64_t lo, hi;
+  k3_chunk(j->rows, i, n, &lo, &hi);
+  for (int64_t r = lo; r < hi; r++)
+    for (int32_t g = 0; g < G; g++) {
+      const uint16_t* w = j->W + r * cols + g * 32;
+      float amax = 0.0f;
+      for (int c = 0; c < 32; c++) {
+        float a = fabsf(k3_bf16(w[c]));
+        if (a > amax) amax = a;
+      }
+      float s = amax / qmax;
+      j->S[r * G + g] = s;
+      int q[32];
+      for (int c = 0; c < 32; c++) {
+        float v = s > 0.0f ? rintf(k3_bf16(w[c]) / s) : 0.0f;
+        q[c] = (int)(v > qmax ? qmax : v < -qmax ? -qmax : v);
+      }
+      if (j->q4) {
+        uint8_t* out = j->Q + r * (cols / 2) + g * 16;
+        for (int l = 0; l < 16; l++) out[l] = (uint8_t)((q[l] + 8) | ((q[16 + l] + 8) << 4));
+      } else {
+        int8_t* out = (int8_t*)j->Q + r * cols + g * 32;
+        for (int c = 0; c < 32; c++) out[c] = (int8_t)q[c];
+      }
+    }
+}
+
+K3_API int32_t k3_quantize_bf16(const uint16_t* W, int32_t rows, int32_t cols, int32_t bits, uint8_t* Q, float* scales) {
+  if (rows <= 0 || cols <= 0 || cols % 32 != 0 || (bits != 8 && bits != 4)) return K3_ERR_ARG;
+  for (int64_t i = 0; i < (int64_t)rows * cols; i++) /* a NaN or inf weight has no integer form */
+    if (!isfinite(k3_bf16(W[i]))) return K3_ERR_NONFINITE;
+  quant_job j = { W, Q, scales, rows, cols, bits == 4 };
+  k3_pool_run_if(quant_part, &j, (int64_t)rows * cols < SMALL_WEIGHTS);
+  return K3_OK;
+}
