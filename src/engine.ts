@@ -22,6 +22,7 @@ import { PrefixCache, type PrefixCacheStats } from "./batch/prefix-cache.ts";
 import type { PolicyName } from "./memory/policy/index.ts";
 import { gib, resolveBudget, usableRam } from "./memory/ram.ts";
 import { streamSlots } from "./memory/slots.ts";
+import type { PieceOptions } from "./memory/pieces.ts";
 import { StreamingWeights } from "./memory/stream.ts";
 import { loadChecksums, verifyCheckpoint, type VerifyResult } from "./memory/verify.ts";
 import { TraceWriter } from "./memory/trace-writer.ts";
@@ -84,6 +85,10 @@ export interface EngineOptions {
   context?: number;
   /** Prefill chunk in tokens. */
   chunk?: number;
+  /** How the streamed trunk is cut (src/memory/pieces.ts): matrix pieces up to `pieceBytes`
+   *  (default 256 MiB; Infinity = one piece per unit, the layout before issue 16), row blocks of
+   *  `blockBytes` (default 32 MiB; other values only for tests: `--verify` checks the default's). */
+  trunkPieces?: PieceOptions;
   /** ISA override: "auto" or one of ISA_NAMES. */
   isa?: keyof typeof ISA;
   /**
@@ -362,7 +367,7 @@ export class Engine {
     } else {
       const budget = resolveBudget(opts.preset, opts.ram);
       if (!budget.source.startsWith("auto") && !opts.allowOverRam) refuseOverRam(budget);
-      const input = planInputFromCensus(cfg, checkpoint.layout.census, budget.bytes, context, threads.threads, chunk, streamSlots(checkpoint), drafts);
+      const input = planInputFromCensus(cfg, checkpoint.layout.census, budget.bytes, context, threads.threads, chunk, streamSlots(checkpoint, opts.trunkPieces), drafts);
       if (opts.parallel === "auto") parallel = defaultParallel(input);
       input.parallel = parallel;
       noAutoDrafts();
@@ -371,8 +376,10 @@ export class Engine {
       input.prefixCacheBytes = prefixRam;
       plan = planMemory(input);
       weights = new StreamingWeights(k, checkpoint, {
-        pinnedUnits: [...plan.pinnedLayers, ...(plan.head === "resident" ? [cfg.numLayers] : [])],
+        pinnedPieces: plan.pinnedPieces,
         ringSlots: plan.ringSlots,
+        coreSlots: plan.coreSlots,
+        pieces: opts.trunkPieces,
         expertSlots: plan.expertSlots,
         prefetch: (opts.prefetch ?? true) && plan.readerMayRunAhead,
         direct: opts.direct ?? true,

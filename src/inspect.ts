@@ -6,7 +6,7 @@ export { catalogueFromMetadata, openCheckpoint } from "./checkpoint/catalogue.ts
 export { openCheckpointCached } from "./checkpoint/index-cache.ts";
 export { computeCensus } from "./checkpoint/census.ts";
 export { contextFor, DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, defaultParallel, defaultPrefixCacheBytes, planInputFromCensus, planMemory, type MemoryPlan, type PlanInput, type StreamSlots } from "./memory/plan.ts";
-export { streamSlots } from "./memory/slots.ts";
+export { metadataSlots, streamSlots } from "./memory/slots.ts";
 export { gib, parseSize, PRESETS, resolveBudget } from "./memory/ram.ts";
 export { ALL_POLICIES, isPolicyName, nextUseTable } from "./memory/policy/index.ts";
 export { parseSlotList, simulateCache, type SimResult } from "./memory/simulate.ts";

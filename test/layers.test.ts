@@ -33,7 +33,7 @@ const ALLOWED: Record<string, string[]> = {
   "src/text/": ["src/errors.ts", "src/log.ts", "src/files.ts"],
   "src/speculate/": ["src/text/", "src/errors.ts", "src/log.ts"],
   "src/model/": ["src/kernels.ts", "src/checkpoint/", "src/errors.ts", "src/log.ts", "src/files.ts", "src/format.ts"],
-  "src/memory/": ["src/kernels.ts", "src/checkpoint/", "src/model/cmem.ts", "src/model/weights.ts", "src/model/buffers.ts", "src/errors.ts", "src/log.ts", "src/cache-dir.ts", "src/files.ts", "src/format.ts"],
+  "src/memory/": ["src/kernels.ts", "src/checkpoint/", "src/model/cmem.ts", "src/model/weights.ts", "src/model/buffers.ts", "src/model/walk.ts", "src/errors.ts", "src/log.ts", "src/cache-dir.ts", "src/files.ts", "src/format.ts"],
   "src/batch/": ["src/kernels.ts", "src/checkpoint/", "src/model/", "src/errors.ts", "src/log.ts", "src/files.ts", "src/format.ts"], // many sessions on one model: scheduler, prefix cache
   "src/engine.ts": ["src/kernels.ts", "src/checkpoint/", "src/model/", "src/memory/", "src/batch/", "src/text/", "src/speculate/", "src/errors.ts", "src/log.ts", "src/format.ts"],
   "src/inspect.ts": ["src/checkpoint/", "src/memory/", "src/errors.ts", "src/log.ts"],

@@ -17,7 +17,8 @@ import type { WeightProvider } from "../src/model/weights.ts";
 import { buildConfigJson } from "../tools/gen/config-json.ts";
 import { PRESETS } from "../tools/gen/presets.ts";
 import { snakeKeys } from "../src/report.ts";
-import { streamingBudget } from "./helpers/budgets.ts";
+import { SPLIT_PIECES, streamingBudget } from "./helpers/budgets.ts";
+import { WHOLE_UNITS } from "../src/memory/pieces.ts";
 import { tinyModel } from "./helpers/models.ts";
 
 setDefaultTimeout(120_000);
@@ -76,14 +77,15 @@ describe("the planner covers a session's state", () => {
 
 describe("an open engine allocates no more than its plan", () => {
   for (const broken of [false, true])
-    test(`tiny-a${broken ? " (broken layout: several reads per unit)" : ""}: floor, two ring slots, everything × chunk 1, 8, 32`, async () => {
+    test(`tiny-a${broken ? " (broken layout: several reads per unit)" : ""}: floor, two ring slots, everything × chunk 1, 8, 32 × default, split and whole-unit pieces`, async () => {
       const dir = await tinyModel("tiny-a", { breakLayout: broken });
       const over: string[] = [];
+      for (const pieces of [undefined, SPLIT_PIECES, { pieceBytes: WHOLE_UNITS }])
       for (const chunk of [1, 8, 32]) {
-        const floor = streamingBudget(dir, { chunk, context: 256 });
-        const twoSlots = streamingBudget(dir, { chunk, context: 256, ringSlots: 2 });
+        const floor = streamingBudget(dir, { chunk, context: 256, pieces });
+        const twoSlots = streamingBudget(dir, { chunk, context: 256, ringSlots: 2, pieces });
         for (const ram of [floor, twoSlots, 2 ** 30]) {
-          const e = Engine.open(dir, { ram: String(ram), context: 256, chunk, threads: 1 });
+          const e = Engine.open(dir, { ram: String(ram), context: 256, chunk, threads: 1, trunkPieces: pieces });
           try {
             const s = e.createSession();
             const plan = e.plan!;

@@ -7,7 +7,9 @@ import { join } from "node:path";
 import { catalogueFromMetadata, type MetadataCatalogue } from "../src/checkpoint/catalogue.ts";
 import type { ModelConfig } from "../src/checkpoint/types.ts";
 import { K3Error } from "../src/errors.ts";
-import { ioBufferBytes, maxContextAt, planMemory, type PlanInput } from "../src/memory/plan.ts";
+import { censusSlots, floorBytes, ioBufferBytes, maxContextAt, planMemory, type PlanInput } from "../src/memory/plan.ts";
+import { DEFAULT_PIECE_BYTES, WHOLE_UNITS } from "../src/memory/pieces.ts";
+import { metadataSlots } from "../src/memory/slots.ts";
 import { parseSize, PRESETS, resolveBudget, usableRam, type RamPaths } from "../src/memory/ram.ts";
 
 const REF = join(import.meta.dir, "../reference/k3");
@@ -21,14 +23,17 @@ beforeAll(() => {
 });
 // Without the speculative verify pass's buffers (drafts 0): the layout assertions below are about
 // pinning; "speculation buffers are in the default plan" checks what the default adds.
-const releaseInput = (budgetBytes: number, contextTokens = 4096): PlanInput => ({
+const releaseInput = (budgetBytes: number, contextTokens = 4096, slots = metadataSlots(release.config)): PlanInput => ({
   cfg: release.config,
   ...release.census,
   budgetBytes,
   contextTokens,
   threads: 16,
   drafts: 0,
+  slots,
 });
+/** The layout before issue 16: each unit one piece (the planner's figures without pieces). */
+const wholeUnits = (budgetBytes: number, contextTokens = 4096): PlanInput => ({ ...releaseInput(budgetBytes, contextTokens), slots: censusSlots(release.census) });
 
 describe("plan of the released model", () => {
   test("speculation buffers are in the default plan: 69 KDA layers × 8 drafts × (6P + H) floats of recurrence inputs, and one layer's state", () => {
@@ -46,18 +51,23 @@ describe("plan of the released model", () => {
     expect(p.totalBytes).toBeLessThanOrEqual(8 * GiB);
   });
 
-  test("laptop (8 GiB) fits: trunk streamed through 2 ring slots, lm_head resident, ≥ top-k expert slots", () => {
+  test("laptop (8 GiB) fits: trunk streamed in pieces through 2 ring slots, the largest pieces pinned, ≥ top-k expert slots", () => {
     const p = planMemory(releaseInput(PRESETS.laptop!));
     expect(p.totalBytes).toBeLessThanOrEqual(8 * GiB);
     expect(p.items.reduce((a, i) => a + i.bytes, 0)).toBe(p.totalBytes);
     expect(p.pinnedLayers).toEqual([]);
     expect(p.streamedLayers.length).toBe(93);
-    expect(p.ringSlots).toBe(2);
-    expect(p.ringSlotBytes).toBe(ioBufferBytes(Math.max(...release.census.trunkBytesPerLayer)));
-    expect(p.head).toBe("resident");
+    expect([p.ringSlots, p.coreSlots, p.readerMayRunAhead]).toEqual([2, 2, true]);
+    // A slot holds one piece (≤ 256 MiB of 32 MiB blocks, each its own aligned read at most).
+    expect(p.ringSlotBytes).toBeLessThanOrEqual(DEFAULT_PIECE_BYTES + 8 * 2 * 4096);
+    expect(p.pinnedPieces.length).toBeGreaterThan(20); // ~6 GiB of the largest pieces (lm_head and dense slices first)
     expect(p.expertSlots).toBeGreaterThanOrEqual(16);
     expect(p.freeBytes).toBeLessThan(p.expertSlotBytes); // the rest went to experts
-    expect(p.streamedBytesPerToken).toBe(release.census.trunkBytes);
+    // What the split bought: the same budget with whole units streams every layer (108.81 GB).
+    const before = planMemory(wholeUnits(PRESETS.laptop!));
+    expect(before.streamedBytesPerToken).toBe(release.census.trunkBytes);
+    expect(p.streamedBytesPerToken).toBeLessThan(before.streamedBytesPerToken - 4e9);
+    expect(p.pieces.reduce((a, x) => a + x.bytes, 0)).toBe(release.census.trunkBytes + release.census.headBytes + release.census.finalBytes);
   });
   test("server (224 GiB) pins the whole trunk and lm_head; no ring; experts get the rest", () => {
     const p = planMemory(releaseInput(PRESETS.server!));
@@ -95,8 +105,16 @@ describe("plan of the released model", () => {
       expect(() => planMemory(releaseInput(4 * GiB, max + 1))).toThrow(/below the floor/);
     }
   });
-  test("between the 1-slot floor and 2 slots: one ring slot, the reader must not run ahead", () => {
-    const p = planMemory(releaseInput(4 * GiB));
+  test("the floor streams everything through two slots per ring: under 2 GiB at 4096 tokens (3.51 GiB with whole units)", () => {
+    const floor = floorBytes(releaseInput(0));
+    expect(floor).toBeLessThan(2 * GiB);
+    const p = planMemory(releaseInput(floor));
+    expect([p.pinnedPieces.length, p.ringSlots, p.coreSlots, p.readerMayRunAhead, p.expertSlots]).toEqual([0, 2, 2, true, 16]);
+    expect(() => planMemory(releaseInput(floor - 1))).toThrow(/below the floor/);
+    expect(floorBytes(wholeUnits(0))).toBeGreaterThan(3.5 * GiB);
+  });
+  test("whole units (the old layout), between the 1-slot floor and 2 slots: one ring slot, the reader must not run ahead", () => {
+    const p = planMemory(wholeUnits(4 * GiB));
     expect(p.ringSlots).toBe(1);
     expect(p.readerMayRunAhead).toBe(false);
     expect(p.head).toBe("streamed"); // the head (lm_head + final norms) is the largest unit: it sets the slot size
@@ -222,11 +240,11 @@ describe("k3 plan", () => {
     expect(plan.threads).toBe(4);
   });
   test("a budget below the floor exits 3 with both numbers on stderr, nothing on stdout", () => {
-    const r = k3(["--config", CONFIG, "--index", INDEX, "--ram", "2G"]);
+    const r = k3(["--config", CONFIG, "--index", INDEX, "--ram", "1G"]);
     expect(r.code).toBe(3);
     expect(r.out).toBe("");
     expect(r.err).toContain("below the floor");
-    expect(r.err).toContain(`usable ${2 * GiB} bytes`);
+    expect(r.err).toContain(`usable ${1 * GiB} bytes`);
   });
   test("a checkpoint directory (generated tiny model): plan from its headers", async () => {
     const { generateModel } = await import("../tools/gen/generate.ts");

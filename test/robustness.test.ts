@@ -41,7 +41,7 @@ describe("expert reads stay within the I/O queue", () => {
     await generateModel(many, { preset: "tiny-a", seed: 3, experts: 512, layers: 3 });
     const k = loadKernels();
     const ck = openCheckpoint(many);
-    const w = new StreamingWeights(k, ck, { pinnedUnits: [], ringSlots: 2, expertSlots: 1024, prefetch: true, direct: true, policy: "lfru" });
+    const w = new StreamingWeights(k, ck, { pinnedPieces: [], ringSlots: 2, coreSlots: 2, expertSlots: 1024, prefetch: true, direct: true, policy: "lfru" });
     try {
       const L = ck.config.firstKDense;
       const experts = Array.from({ length: 300 }, (_, i) => i);
@@ -66,23 +66,24 @@ describe("--verify covers lookahead landings", () => {
     verifyModel(d, { record: true });
     const ck = openCheckpoint(d);
     const checksums = loadChecksums(ck); // loaded before the damage, as by an engine already open
-    // A tensor of the last layer that the lookahead router does not read, damaged before any read.
+    // A small tensor of the last layer (its core, which the lookahead lands) that the lookahead
+    // router does not read, damaged before any read.
     const L = ck.config.numLayers - 1;
-    const te = trunkUnitEntries(ck)[L]!.find((t) => t.name.endsWith("routed_expert_up_proj.weight"))!;
+    const te = trunkUnitEntries(ck)[L]!.find((t) => t.name.endsWith("routed_expert_norm.weight"))!;
     const fd = openSync(te.file, "r+");
     const b = Buffer.alloc(64);
     readSync(fd, b, 0, 64, te.offset);
     for (let i = 0; i < 64; i++) b[i]! ^= 0x55;
     writeSync(fd, b, 0, 64, te.offset);
     closeSync(fd);
-    const w = new StreamingWeights(loadKernels(), ck, { pinnedUnits: [], ringSlots: 2, expertSlots: 8, prefetch: true, direct: true, policy: "lfru", checksums });
+    const w = new StreamingWeights(loadKernels(), ck, { pinnedPieces: [], ringSlots: 2, coreSlots: 2, expertSlots: 8, prefetch: true, direct: true, policy: "lfru", checksums });
     try {
-      w.acquireLayer(L - 1); // prefetches layer L into the other ring slot
+      w.acquireLayer(L - 1); // prefetches layer L's core into the other core slot
       // Only the lookahead's path from here: peek until the read has landed. It must be checked
       // on landing; a peek that handed out the damaged layer would return it.
       expect(() => {
         for (;;) if (w.peekLayer(L)) break;
-      }).toThrow(new RegExp(`trunk of layer ${L} .*fails its checksum`));
+      }).toThrow(new RegExp(`layers\\.${L}\\.block_sparse_moe\\.routed_expert_norm\\.weight \\(in layer ${L}'s core .*fails its checksum`));
       w.releaseLayer(L - 1);
     } finally {
       w.close();

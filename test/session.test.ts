@@ -29,11 +29,11 @@ describe("sessions", () => {
     a.close();
     expect(first).toEqual(whole.slice(0, 5));
 
-    // Another engine, thread count and budget: the floor (everything streamed, one ring slot),
+    // Another engine, thread count and budget: the floor (everything streamed through the rings),
     // where the first ran with every layer resident.
     const b = Engine.open(dir, { threads: 2, ram: String(streamingBudget(dir)) });
     try {
-      expect({ pinned: b.plan!.pinnedLayers.length, ring: b.plan!.ringSlots }).toEqual({ pinned: 0, ring: 1 });
+      expect({ pinned: b.plan!.pinnedPieces.length, ring: b.plan!.ringSlots }).toEqual({ pinned: 0, ring: 2 });
       const restored = b.loadSession(file);
       expect(restored.tokens).toEqual([...PROMPT, ...first]);
       const rest = take(b, restored, [], 7);

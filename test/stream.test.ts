@@ -10,7 +10,8 @@ import { join } from "node:path";
 import { openCheckpoint } from "../src/checkpoint/catalogue.ts";
 import { Engine } from "../src/engine.ts";
 import { loadKernels } from "../src/kernels.ts";
-import { streamingBudget } from "./helpers/budgets.ts";
+import type { PieceOptions } from "../src/memory/pieces.ts";
+import { SPLIT_PIECES, streamingBudget } from "./helpers/budgets.ts";
 import { scratchDir, tinyModel } from "./helpers/models.ts";
 
 const PROMPT = [5, 17, 300, 42, 7, 99, 3, 250];
@@ -31,9 +32,9 @@ function run(dir: string, opts: Parameters<typeof Engine.open>[1]) {
   }
 }
 
-/** Budgets from the floor (everything streamed, 1 ring slot, top-k expert slots) to all resident. */
-function budgets(dir: string): { name: string; bytes: number }[] {
-  const floor = streamingBudget(dir);
+/** Budgets from the floor (everything streamed, 2 slots per ring, top-k expert slots) to all resident. */
+function budgets(dir: string, pieces?: PieceOptions): { name: string; bytes: number }[] {
+  const floor = streamingBudget(dir, { pieces });
   const c = openCheckpoint(dir).layout.census;
   const everything = c.trunkBytes + c.headBytes + c.expertBytes * c.expertCount + 64 * 4096 * (c.expertCount + c.trunkBytesPerLayer.length + 2);
   return [
@@ -53,25 +54,29 @@ beforeAll(async () => {
 });
 
 describe("bit-identical at every budget", () => {
-  test("floor, half, everything × prefetch on/off × lookahead on/off × 1/2 threads", () => {
+  for (const [name, pieces] of [["one piece per unit's matrices", undefined], ["split pieces (matrices cut into row slices)", SPLIT_PIECES]] as const)
+  test(`${name}: floor, half, everything × prefetch on/off × lookahead on/off × 1/2 threads`, () => {
     const plans = new Set<string>();
-    const [floor, half, all] = budgets(dir);
+    const [floor, half, all] = budgets(dir, pieces);
     for (const b of [floor!, half!, all!])
       for (const prefetch of [true, false])
         for (const lookahead of [true, false])
           for (const threads of [1, 2]) {
-            const r = run(dir, { ram: String(b.bytes), prefetch, lookahead, threads });
+            const r = run(dir, { ram: String(b.bytes), prefetch, lookahead, threads, trunkPieces: pieces });
             expect(r.ids).toEqual(baseline.ids);
             expect(r.logits).toBe(baseline.logits);
             const p = r.plan!;
-            plans.add(`pinned ${p.pinnedLayers.length}, head ${p.head}, ring ${p.ringSlots}, expert slots ${p.expertSlots}`);
+            plans.add(`pinned ${p.pinnedPieces.length}, head ${p.head}, ring ${p.ringSlots}, expert slots ${p.expertSlots}`);
             const io = r.stats.io;
             const where = `${b.name}, prefetch ${prefetch}, lookahead ${lookahead}, ${threads} threads`;
             if (b === floor) {
-              // Everything streams through ONE ring slot: prefetch cannot run ahead and the
-              // lookahead never finds the next layer in memory, so neither does anything here.
-              expect({ where, pinned: p.pinnedLayers.length, ring: p.ringSlots, runAhead: p.readerMayRunAhead, lookahead: io.lookaheadIssued }).toEqual({ where, pinned: 0, ring: 1, runAhead: false, lookahead: 0 });
+              // Everything streams, and still through TWO slots per ring: the next piece is read
+              // while one computes, and the lookahead finds the next layer's core (router) in memory.
+              expect({ where, pinned: p.pinnedPieces.length, ring: p.ringSlots, cores: p.coreSlots, runAhead: p.readerMayRunAhead, lookahead: io.lookaheadIssued > 0 }).toEqual({
+                where, pinned: 0, ring: 2, cores: 2, runAhead: true, lookahead: lookahead && prefetch,
+              });
               expect(io.trunkBytesRead).toBeGreaterThan(0); // the trunk streams every token
+              if (pieces) expect(p.pieces.length).toBeGreaterThan(4 * (p.streamedLayers.length + 1)); // really split
             } else if (b === half) {
               // Two ring slots and some layers streamed: prefetch runs ahead, the lookahead reads.
               expect({ where, ring: p.ringSlots, runAhead: p.readerMayRunAhead, streamed: p.streamedLayers.length > 0 }).toEqual({ where, ring: 2, runAhead: true, streamed: true });
@@ -110,11 +115,11 @@ describe("bit-identical at every budget", () => {
 describe("chunked prefill", () => {
   test("the trunk is read once per chunk and each distinct expert once per chunk", () => {
     const ck = openCheckpoint(dir);
-    const streamedTrunk = (e: Engine) => e.plan!.streamedLayers.reduce((a, L) => a + ck.layout.census.trunkBytesPerLayer[L]!, 0);
+    const N = ck.config.numLayers;
+    const streamedTrunk = (e: Engine) => e.plan!.pieces.filter((p) => !p.pinned && p.unit < N).reduce((a, p) => a + p.bytes, 0);
     const prefill = (chunk: number, prefetch = false) => {
-      // the floor for this chunk size: nothing pinned, one ring slot, top-k expert slots; with
-      // prefetch, room for the second ring slot it needs
-      const floor = String(streamingBudget(dir, { chunk, ringSlots: prefetch ? 2 : 1 }));
+      // the floor for this chunk size: nothing pinned, two slots per ring, top-k expert slots
+      const floor = String(streamingBudget(dir, { chunk }));
       const e = Engine.open(dir, { ram: floor, threads: 2, chunk, lookahead: false, prefetch });
       try {
         const before = e.stats();
@@ -173,7 +178,7 @@ describe("faults stop generation with an error naming what failed", () => {
       const s = engine.createSession();
       expect(() => {
         for (const _ of engine.generate(s, PROMPT, { maxTokens: 4 }));
-      }).toThrow(/read of (expert \d+ of layer \d+|trunk of .*) failed: .* \(errno 5\)/);
+      }).toThrow(/read of (expert \d+ of layer \d+|(layer \d+|the head)'s (core|matrix piece) .*) failed: .* \(errno 5\)/);
     } finally {
       k.k3_io_fail_nth(0);
       engine.close();

@@ -18,13 +18,13 @@ function copyModel(name: string, src: string): string {
 }
 
 describe("k3 verify", () => {
-  test("a clean model passes; --record writes one checksum per expert and trunk unit", async () => {
+  test("a clean model passes; --record writes one checksum per expert and trunk block (a tiny model's tensors are whole blocks)", async () => {
     const d = copyModel("verify-ok", await tinyModel("tiny-b"));
     const r = verifyModel(d, { record: true });
     const ck = openCheckpoint(d);
     expect(r.shards.every((s) => s.ok)).toBe(true);
     expect(r.recorded!.experts).toBe(ck.layout.census.expertCount);
-    expect(r.recorded!.trunkUnits).toBe(ck.config.numLayers + 1);
+    expect(r.recorded!.trunkBlocks).toBe(ck.layout.census.trunkTensors + ck.layout.census.globalTensors - 1); // every trunk tensor and the head's, not the embedding
     const body = JSON.parse(readFileSync(r.recorded!.path, "utf8"));
     expect(Object.keys(body.experts).length).toBe(ck.layout.census.expertCount);
   });

@@ -7,17 +7,18 @@
 // provider's read plans (StreamSlots); test/plan-allocations.test.ts checks plan ≥ allocation.
 //
 // Decisions (docs/PLAN.md has the reasoning):
-//  - A "trunk unit" is one layer's non-expert tensors or the head (lm_head + final norms): each
-//    is read in full every token, so each pinned byte saves exactly one byte of disk read per
-//    token, whichever unit it belongs to. Units are pinned largest first (ties: lower layer
-//    first, the head after layers of equal size): the largest streamed unit sets the ring slot
-//    size, so pinning big units first shrinks the ring. Greedy: a unit that does not fit is
-//    skipped and smaller ones are tried.
+//  - The trunk (each layer's non-expert tensors and the head: lm_head + final norms) is read in
+//    full every token, so each pinned byte saves exactly one byte of disk read per token. It is
+//    split into pieces (src/memory/pieces.ts): each unit's small tensors (its "core") and its
+//    matrices in pieces of a few hundred MB. Pieces are pinned largest first (ties: walk order)
+//    greedily: a piece that does not fit is skipped and smaller ones are tried; the largest
+//    streamed piece of each kind sets its ring's slot size.
 //  - Trunk before expert cache (STREAMING.md §2): experts get what the trunk leaves, but never
 //    fewer than top-k slots (one layer's experts must be resident at once).
-//  - Ring: 2 slots of the largest streamed unit (next read in flight while one computes); 1 slot
-//    only if 2 do not fit, and then the reader must not run ahead (it would overwrite the layer
-//    in use: STREAMING.md §2). 0 when everything is pinned.
+//  - Rings: 2 slots each (next piece read while one computes), also at the floor. Only a layout
+//    of whole units (pieceBytes = Infinity, the layout before issue 16) may fall back to 1 matrix
+//    slot, and then the reader must not run ahead (it would overwrite the piece in use:
+//    STREAMING.md §2). 0 when every piece of that kind is pinned.
 //  - Embedding: rows gathered from disk per token (one E-wide bf16 row per token: 14 KB on K3),
 //    never resident: 2.3 GB resident would buy 14 KB of reads per token, the same bytes buy
 //    ~130 expert slots.
@@ -50,6 +51,14 @@ export const MAX_PARALLEL = 64;
  *  full-context snapshot per parallel session, and never below the floor). */
 export const PREFIX_CACHE_BUDGET_SHARE = 0.1;
 
+/** One trunk piece as the planner sees it (src/memory/slots.ts computes these). */
+export interface PieceSlot {
+  unit: number; // layer, or numLayers for the head
+  kind: "core" | "matrix";
+  bytes: number; // payload read per token when streamed
+  slotBytes: number; // buffer it needs (pinned, or as a ring slot)
+}
+
 /**
  * The context limit to size for: `requested`, else DEFAULT_CONTEXT, never past the model's
  * `max_position_embeddings` (positions the model was not built for). The default is lowered to
@@ -64,14 +73,15 @@ export function contextFor(cfg: ModelConfig, requested: number | undefined): num
 }
 
 /**
- * Buffer sizes the streaming provider allocates for each trunk unit (layers 0..N−1, then the
- * head: lm_head + final norms) and for one expert slot. From a checkpoint they are its read
- * plans' sizes (src/memory/slots.ts: exact, whatever the layout); from metadata alone, the
- * release's layout is assumed (`censusSlots`).
+ * Buffer sizes the streaming provider allocates for each trunk piece (in walk order: ids are
+ * indices) and for one expert slot. From a checkpoint they are its read plans' sizes
+ * (src/memory/slots.ts: exact, whatever the layout); from metadata alone, bounds.
  */
 export interface StreamSlots {
-  unitBytes: number[]; // [numLayers + 1]
+  pieces: PieceSlot[];
   expertBytes: number;
+  /** Target size of a matrix piece; Infinity = one piece per unit (the layout before issue 16). */
+  pieceBytes: number;
 }
 
 export interface PlanInput {
@@ -127,11 +137,9 @@ export interface PlanItem {
   note: string;
 }
 
-export interface TrunkUnit {
-  name: string; // "layer 5" | "head"
-  layer: number | null; // null for the head
-  bytes: number; // payload read per token when streamed
-  slotBytes: number; // buffer it needs (pinned or as a ring slot)
+export interface PlanPiece extends PieceSlot {
+  id: number;
+  pinned: boolean;
 }
 
 export interface MemoryPlan {
@@ -144,13 +152,19 @@ export interface MemoryPlan {
   items: PlanItem[]; // every allocation; Σ bytes = totalBytes
   totalBytes: number;
   freeBytes: number; // budget − total (less than one expert slot unless the cache holds every expert)
-  pinnedLayers: number[];
-  streamedLayers: number[];
-  head: "resident" | "streamed";
+  /** Every trunk piece in walk order, and whether it is pinned. */
+  pieces: PlanPiece[];
+  pieceBytes: number; // target size of a matrix piece (Infinity: whole units)
+  pinnedPieces: number[];
+  pinnedLayers: number[]; // layers whose every piece is pinned
+  streamedLayers: number[]; // layers with at least one piece streamed
+  head: "resident" | "streamed"; // resident when every piece of the head is pinned
   embed: "gathered";
-  ringSlots: 0 | 1 | 2;
+  ringSlots: 0 | 1 | 2; // matrix pieces' ring
   ringSlotBytes: number;
-  readerMayRunAhead: boolean; // false with one ring slot
+  coreSlots: 0 | 2; // cores' ring
+  coreSlotBytes: number;
+  readerMayRunAhead: boolean; // false with one matrix ring slot
   expertSlots: number;
   expertSlotBytes: number;
   expertWorkingSet: number; // top-k × MoE layers: one token's expert requests
@@ -162,25 +176,22 @@ export interface MemoryPlan {
 /** Buffer for an O_DIRECT read of `bytes` at any offset: widened to 4096 on both ends. */
 export const ioBufferBytes = (bytes: number): number => Math.ceil(bytes / IO_ALIGN) * IO_ALIGN + IO_ALIGN;
 
-/** The release's layout (MODEL.md §3): a layer's trunk and an expert are one read each; the head
- *  is lm_head plus the final norms, two reads (they sit apart in the shards). */
+/** Without the pieces' figures (hand-made inputs): each unit one piece, read as the release lays
+ *  it out — a layer's trunk in one read, the head in two (lm_head and the final norms sit apart). */
 export function censusSlots(input: Pick<PlanInput, "trunkBytesPerLayer" | "headBytes" | "finalBytes" | "expertBytes">): StreamSlots {
-  return {
-    unitBytes: [...input.trunkBytesPerLayer.map(ioBufferBytes), ioBufferBytes(input.headBytes) + ioBufferBytes(input.finalBytes)],
-    expertBytes: ioBufferBytes(input.expertBytes),
-  };
+  const layers = input.trunkBytesPerLayer.map((bytes, unit): PieceSlot => ({ unit, kind: "matrix", bytes, slotBytes: ioBufferBytes(bytes) }));
+  const head: PieceSlot = { unit: layers.length, kind: "matrix", bytes: input.headBytes + input.finalBytes, slotBytes: ioBufferBytes(input.headBytes) + ioBufferBytes(input.finalBytes) };
+  return { pieces: [...layers, head], expertBytes: ioBufferBytes(input.expertBytes), pieceBytes: Infinity };
 }
 
 export const moeLayerCount = (cfg: ModelConfig): number => cfg.numLayers - cfg.firstKDense;
 
-/** Units in pinning order: largest buffer first; ties → layers in order, then the head. */
-function trunkUnits(input: PlanInput): TrunkUnit[] {
-  const slots = input.slots ?? censusSlots(input);
-  const N = input.cfg.numLayers;
-  if (slots.unitBytes.length !== N + 1) throw new K3Error("INTERNAL", `slot sizes for ${slots.unitBytes.length} trunk units, config has ${N} layers + the head`);
-  const units: TrunkUnit[] = input.trunkBytesPerLayer.map((bytes, layer) => ({ name: `layer ${layer}`, layer, bytes, slotBytes: slots.unitBytes[layer]! }));
-  units.push({ name: "head", layer: null, bytes: input.headBytes + input.finalBytes, slotBytes: slots.unitBytes[N]! });
-  return units.sort((a, b) => b.slotBytes - a.slotBytes || (a.layer ?? Infinity) - (b.layer ?? Infinity));
+/** Pieces in pinning order: largest buffer first; ties → walk order (the head's pieces last). */
+function pinningOrder(slots: StreamSlots, numLayers: number): PlanPiece[] {
+  const units = new Set(slots.pieces.map((p) => p.unit));
+  if (units.size !== numLayers + 1 || slots.pieces.some((p) => p.unit < 0 || p.unit > numLayers))
+    throw new K3Error("INTERNAL", `trunk pieces cover units ${[...units].sort((a, b) => a - b).join(",")}, config has ${numLayers} layers + the head`);
+  return slots.pieces.map((p, id) => ({ ...p, id, pinned: false })).sort((a, b) => b.slotBytes - a.slotBytes || a.id - b.id);
 }
 
 /** Sessions the input asks for, checked. */
@@ -196,6 +207,11 @@ export function sessionStateBytes(cfg: ModelConfig, contextTokens: number): numb
   const mlaLayers = cfg.layerKinds.filter((k) => k === "mla").length;
   return kdaLayers * kdaStateBytes(cfg) + mlaLayers * mlaCacheBytes(cfg, contextTokens);
 }
+
+const largestOf = (pieces: PieceSlot[], kind: PieceSlot["kind"]): number => pieces.reduce((m, p) => (p.kind === kind ? Math.max(m, p.slotBytes) : m), 0);
+
+/** Matrix ring slots a plan never goes below: 2, except for whole units (the old layout), 1. */
+const minMatrixSlots = (slots: StreamSlots): 1 | 2 => (slots.pieceBytes === Infinity ? 1 : 2);
 
 /** Allocations that do not depend on the pin/stream choice (the expert floor is added apart). */
 function fixedItems(input: PlanInput, chunk: number): PlanItem[] {
@@ -228,31 +244,33 @@ function fixedItems(input: PlanInput, chunk: number): PlanItem[] {
 
 const sum = (items: { bytes: number }[]): number => items.reduce((a, i) => a + i.bytes, 0);
 
-/** The smallest total any plan needs at this context: nothing pinned, one ring slot, top-k experts. */
+/** The smallest total any plan needs at this context: nothing pinned, the rings at their minimum
+ *  (2 slots; 1 matrix slot for whole units), top-k expert slots. */
 export function floorBytes(input: PlanInput, chunk = input.prefillChunk ?? DEFAULT_PREFILL_CHUNK): number {
   const slots = input.slots ?? censusSlots(input);
-  return sum(fixedItems(input, chunk)) + Math.max(...slots.unitBytes) + input.cfg.topK * slots.expertBytes;
+  const rings = 2 * largestOf(slots.pieces, "core") + minMatrixSlots(slots) * largestOf(slots.pieces, "matrix");
+  return sum(fixedItems(input, chunk)) + rings + input.cfg.topK * slots.expertBytes;
 }
 
 /**
- * Greedy pinning, largest first, within `forTrunk` bytes: cost = Σ pinned buffers + ringSlots ×
- * buffer(largest streamed unit). Two ring slots when two of the largest unit fit, else one.
+ * Greedy pinning, largest first, within `forTrunk` bytes: cost = Σ pinned buffers + Σ per ring
+ * slots × buffer(its largest streamed piece). Two matrix slots when two fit, else (whole units
+ * only) one; cores always get two.
  */
-function choosePinned(units: TrunkUnit[], forTrunk: number): { pinned: Set<TrunkUnit>; pinnedBytes: number; ringSlots: 1 | 2 } {
-  const ringSlots: 1 | 2 = 2 * units[0]!.slotBytes <= forTrunk ? 2 : 1;
-  const pinned = new Set<TrunkUnit>();
+function choosePinned(order: PlanPiece[], forTrunk: number): { pinnedBytes: number; matrixSlots: 1 | 2 } {
+  const matrixSlots: 1 | 2 = 2 * largestOf(order, "matrix") + 2 * largestOf(order, "core") <= forTrunk ? 2 : 1;
   let pinnedBytes = 0;
   const ringCost = () => {
-    const largestStreamed = units.find((u) => !pinned.has(u));
-    return largestStreamed ? ringSlots * largestStreamed.slotBytes : 0;
+    const core = order.find((p) => !p.pinned && p.kind === "core");
+    const matrix = order.find((p) => !p.pinned && p.kind === "matrix");
+    return (core ? 2 * core.slotBytes : 0) + (matrix ? matrixSlots * matrix.slotBytes : 0);
   };
-  for (const u of units) {
-    pinned.add(u);
-    const cost = pinnedBytes + u.slotBytes + ringCost();
-    if (cost <= forTrunk) pinnedBytes += u.slotBytes;
-    else pinned.delete(u);
+  for (const p of order) {
+    p.pinned = true;
+    if (pinnedBytes + p.slotBytes + ringCost() <= forTrunk) pinnedBytes += p.slotBytes;
+    else p.pinned = false;
   }
-  return { pinned, pinnedBytes, ringSlots };
+  return { pinnedBytes, matrixSlots };
 }
 
 export function planMemory(input: PlanInput): MemoryPlan {
@@ -269,7 +287,7 @@ export function planMemory(input: PlanInput): MemoryPlan {
     const maxContext = maxContextAt(input, chunk);
     const sessions = parallelOf(input) > 1 ? ` and ${parallelOf(input)} sessions` : "";
     throw new K3Error("BUDGET", `RAM budget ${gib(budgetBytes)} is below the floor ${gib(floor)} for a ${contextTokens}-token context${sessions}`, [
-      `need ${floor} bytes (${gib(floor)}): whole trunk streamed through 1 ring slot, ${cfg.topK} expert slots`,
+      `need ${floor} bytes (${gib(floor)}): whole trunk streamed through the rings at their minimum, ${cfg.topK} expert slots`,
       `usable ${budgetBytes} bytes (${gib(budgetBytes)})`,
       maxContext > 0 ? `at this budget the context could be at most ${maxContext} tokens (--context ${maxContext})` : "no context length fits this budget",
       ...(parallelOf(input) > 1 ? [`${parallelOf(input)} parallel sessions: at most ${maxParallelAt(input, chunk)} fit this budget (--parallel)`] : []),
@@ -277,41 +295,58 @@ export function planMemory(input: PlanInput): MemoryPlan {
     ]);
   }
 
-  const expertSlotBytes = (input.slots ?? censusSlots(input)).expertBytes;
+  const slots = input.slots ?? censusSlots(input);
+  const expertSlotBytes = slots.expertBytes;
   const expertFloor = cfg.topK * expertSlotBytes;
   const fixed = fixedItems(input, chunk);
-  const forTrunk = budgetBytes - sum(fixed) - expertFloor; // what pinned units + ring may use
+  const forTrunk = budgetBytes - sum(fixed) - expertFloor; // what pinned pieces + rings may use
 
-  const units = trunkUnits(input);
-  const { pinned, pinnedBytes, ringSlots } = choosePinned(units, forTrunk);
-  const streamed = units.filter((u) => !pinned.has(u));
-  const ring = streamed.length ? ringSlots : 0;
-  const ringSlotBytes = streamed.length ? streamed[0]!.slotBytes : 0;
+  const order = pinningOrder(slots, cfg.numLayers);
+  const { pinnedBytes, matrixSlots } = choosePinned(order, forTrunk);
+  const pieces = [...order].sort((a, b) => a.id - b.id);
+  const streamed = order.filter((p) => !p.pinned); // largest first
+  const streamedCore = streamed.find((p) => p.kind === "core");
+  const streamedMatrix = streamed.find((p) => p.kind === "matrix");
+  const ring = streamedMatrix ? matrixSlots : 0;
+  const ringSlotBytes = streamedMatrix?.slotBytes ?? 0;
+  const coreSlots = streamedCore ? 2 : 0;
+  const coreSlotBytes = streamedCore?.slotBytes ?? 0;
 
   const expertCount = moeLayerCount(cfg) * cfg.numExperts;
-  const left = forTrunk - pinnedBytes - ring * ringSlotBytes + expertFloor;
+  const left = forTrunk - pinnedBytes - ring * ringSlotBytes - coreSlots * coreSlotBytes + expertFloor;
   const expertSlots = Math.min(expertCount, Math.floor(left / expertSlotBytes));
 
-  const pinnedLayers = [...pinned].filter((u) => u.layer !== null).map((u) => u.layer!).sort((a, b) => a - b);
-  const streamedLayers = streamed.filter((u) => u.layer !== null).map((u) => u.layer!).sort((a, b) => a - b);
-  const head = units.find((u) => u.layer === null)!;
-  const headResident = pinned.has(head);
+  const N = cfg.numLayers;
+  const unitPinned = (u: number) => pieces.every((p) => p.unit !== u || p.pinned);
+  const layers = Array.from({ length: N }, (_, L) => L);
+  const pinnedLayers = layers.filter(unitPinned);
+  const streamedLayers = layers.filter((L) => !unitPinned(L));
+  const headResident = unitPinned(N);
+  const pinnedOf = (head: boolean) => pieces.filter((p) => p.pinned && (p.unit === N) === head);
+  const headPinned = pinnedOf(true);
+  const layerPinned = pinnedOf(false);
   const workingSet = cfg.topK * moeLayerCount(cfg);
+  const pieceNote = slots.pieceBytes === Infinity ? "whole units" : `pieces ≤ ${gib(slots.pieceBytes)}`;
   const items: PlanItem[] = [
     ...fixed,
     {
       name: "pinned trunk",
-      bytes: pinnedBytes - (headResident ? head.slotBytes : 0),
-      count: pinnedLayers.length,
-      note: `${pinnedLayers.length} of ${cfg.numLayers} layers resident (largest first)`,
+      bytes: sum(layerPinned.map((p) => ({ bytes: p.slotBytes }))),
+      count: layerPinned.length,
+      note: `${layerPinned.length} of ${pieces.filter((p) => p.unit < N).length} layer pieces resident (largest first): ${pinnedLayers.length} of ${N} layers whole`,
     },
-    { name: "head", bytes: headResident ? head.slotBytes : 0, note: headResident ? "lm_head + final norms, resident" : "lm_head + final norms, streamed through the ring" },
+    {
+      name: "head",
+      bytes: sum(headPinned.map((p) => ({ bytes: p.slotBytes }))),
+      note: headResident ? "lm_head + final norms, resident" : headPinned.length ? "lm_head + final norms, partly resident" : "lm_head + final norms, streamed through the rings",
+    },
     {
       name: "trunk ring",
       bytes: ring * ringSlotBytes,
       count: ring,
-      note: ring === 0 ? "nothing streamed" : ring === 1 ? "1 slot: the reader must not run ahead" : "2 slots: next unit read while one computes",
+      note: ring === 0 ? "no matrix streamed" : ring === 1 ? "1 slot: the reader must not run ahead" : `2 slots (${pieceNote}): next piece read while one computes`,
     },
+    { name: "core ring", bytes: coreSlots * coreSlotBytes, count: coreSlots, note: coreSlots === 0 ? "every layer's small tensors resident" : "2 slots: the next layer's small tensors (norms, router) read ahead" },
     {
       name: "expert slots",
       bytes: expertSlots * expertSlotBytes,
@@ -325,16 +360,21 @@ export function planMemory(input: PlanInput): MemoryPlan {
     budgetBytes, contextTokens, threads, prefillChunk: chunk,
     parallel: parallelOf(input), prefixCacheBytes: input.prefixCacheBytes ?? 0,
     items, totalBytes, freeBytes: budgetBytes - totalBytes,
+    pieces,
+    pieceBytes: slots.pieceBytes,
+    pinnedPieces: pieces.filter((p) => p.pinned).map((p) => p.id),
     pinnedLayers, streamedLayers,
     head: headResident ? "resident" : "streamed",
     embed: "gathered",
     ringSlots: ring as 0 | 1 | 2,
     ringSlotBytes,
+    coreSlots: coreSlots as 0 | 2,
+    coreSlotBytes,
     readerMayRunAhead: ring === 2,
     expertSlots, expertSlotBytes,
     expertWorkingSet: workingSet,
     expertCount,
-    streamedBytesPerToken: streamed.reduce((a, u) => a + u.bytes, 0),
+    streamedBytesPerToken: streamed.reduce((a, p) => a + p.bytes, 0),
     expertBytesPerTokenAllMiss: workingSet * input.expertBytes,
   };
 }

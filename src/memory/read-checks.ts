@@ -6,13 +6,13 @@ import { expertTensorNames, LM_MODEL_PREFIX } from "../checkpoint/shapes.ts";
 import { K3Error } from "../errors.ts";
 import type { Kernels } from "../kernels.ts";
 import type { Addr } from "../model/cmem.ts";
+import { blockCrc, describePiece, type TrunkLayout } from "./pieces.ts";
 import type { ReadPlan } from "./readplan.ts";
-import { trunkUnitEntries, unitName } from "./units.ts";
 import { payloadCrc, type Checksums } from "./verify.ts";
 
 export interface ReadChecks {
-  /** A trunk unit (layer, or the head) landed at `base` following `plan`. */
-  trunkUnit(u: number, plan: ReadPlan, base: number): void;
+  /** Trunk piece `id` of the layout landed at `base` following `plan`: each of its blocks. */
+  trunkPiece(id: number, plan: ReadPlan, base: number): void;
   /** Expert `e` of `layer` landed at `base` following `plan`. */
   expert(layer: number, e: number, plan: ReadPlan, base: number): void;
   /** Embedding row `id` (bf16, `bytes` long) was read to `row`. */
@@ -25,10 +25,15 @@ export interface ReadChecks {
 
 const hex = (x: number | undefined) => (x === undefined ? "nothing" : x.toString(16));
 
-export function checksumChecks(k: Kernels, ckpt: Checkpoint, sums: Checksums): ReadChecks {
+/**
+ * The hooks for one engine. Trunk blocks are checked against `trunkCrc` when given (a packed
+ * trunk's own header), else against the recorded exact trunk (`sums.trunk`).
+ */
+export function checksumChecks(k: Kernels, ckpt: Checkpoint, sums: Checksums, layout: TrunkLayout, trunkCrc?: (key: string) => number | undefined): ReadChecks {
   let ms = 0;
   let bytes = 0;
   const numLayers = ckpt.config.numLayers;
+  const want = trunkCrc ?? ((key: string) => sums.trunk.get(key));
   const timed = <T>(f: () => T): T => {
     const t0 = performance.now();
     try {
@@ -44,12 +49,12 @@ export function checksumChecks(k: Kernels, ckpt: Checkpoint, sums: Checksums): R
     get bytes() {
       return bytes;
     },
-    trunkUnit(u, plan, base) {
-      const crc = timed(() => payloadCrc(k, plan, base));
-      const want = sums.trunk.get(u);
-      if (want === undefined || crc !== want) {
-        const names = trunkUnitEntries(ckpt)[u]!.map((t) => t.name);
-        throw new K3Error("VERIFY", `the trunk of ${unitName(u, numLayers)} (${names.length} tensors: ${names.slice(0, 3).join(", ")}, …) fails its checksum: read ${hex(crc)}, recorded ${hex(want)}`);
+    trunkPiece(id, plan, base) {
+      for (const b of layout.pieces[id]!.blocks) {
+        const crc = timed(() => blockCrc(k, b, plan.offsets, base));
+        const recorded = want(b.key);
+        if (recorded === undefined || crc !== recorded)
+          throw new K3Error("VERIFY", `${b.tensor}${b.key === b.tensor ? "" : ` rows ${b.r0}..${b.r1 - 1}`} (in ${describePiece(layout, id, numLayers)}) fails its checksum: read ${hex(crc)}, recorded ${hex(recorded)}`);
       }
       bytes += plan.payloadBytes;
     },

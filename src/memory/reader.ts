@@ -61,16 +61,21 @@ export class ShardReader {
   constructor(
     private k: Kernels,
     ckpt: Checkpoint,
-    opts: { direct: boolean; ioThreads?: number },
+    opts: { direct: boolean; ioThreads?: number; extraFiles?: { file: string; bytes: number }[] },
   ) {
-    this.directIo = opts.direct && k.k3_direct_probe(ckpt.shards[0]!.file) === 1;
+    const shardsDirect = opts.direct && k.k3_direct_probe(ckpt.shards[0]!.file) === 1;
+    // Other files (a packed trunk, maybe in k3's cache folder on another file system) are probed
+    // on their own; direct I/O is reported on only when every file has it.
+    const extra = (opts.extraFiles ?? []).map((f) => ({ ...f, direct: opts.direct && k.k3_direct_probe(f.file) === 1 }));
+    this.directIo = shardsDirect && extra.every((f) => f.direct);
     this.ioMode = this.directIo ? DIRECT_MODES[k.k3_direct_mode()]! : "buffered";
     try {
-      for (const s of ckpt.shards) {
-        const fd = k.k3_file_open(s.file, this.directIo ? 1 : 0);
+      const files = [...ckpt.shards.map((s) => ({ file: s.file, bytes: s.bytes, direct: shardsDirect })), ...extra];
+      for (const s of files) {
+        const fd = k.k3_file_open(s.file, s.direct ? 1 : 0);
         if (fd < 0) throw new K3Error("IO", `cannot open ${s.file} (errno ${-fd})`);
         this.fds.set(s.file, fd);
-        // A shard truncated or replaced after indexing must stop us, not feed wrong bytes.
+        // A file truncated or replaced after indexing must stop us, not feed wrong bytes.
         const size = Number(k.k3_file_size(fd));
         if (size !== s.bytes) throw new K3Error("CHECKPOINT", `${s.file}: size is ${size} bytes, the index was built for ${s.bytes}; re-run k3 verify`);
       }

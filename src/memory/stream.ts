@@ -1,13 +1,14 @@
 // StreamingWeights: the WeightProvider that reads the release in place within a RAM budget. It
 // only composes the parts, each with one job:
 //   ShardReader     (reader.ts)       open shards, the I/O pool, reads in flight, counters
-//   TrunkRing       (trunk-ring.ts)   pinned units + the ring that streams the rest
+//   StreamedTrunk   (trunk.ts)        pinned trunk pieces + the rings that stream the rest
 //   EmbeddingRows   (embed-rows.ts)   one embedding row per token, read on demand
 //   ExpertSlotCache (expert-cache.ts) the routed experts' slots, eviction, lookahead reads
 //   ReadChecks      (read-checks.ts)  --verify: every landed read checked before use
 // Buffer sizes come from slots.ts, the same figures the planner sums.
 import type { Checkpoint } from "../checkpoint/catalogue.ts";
 import { LM_HEAD_NAME, LM_MODEL_PREFIX } from "../checkpoint/shapes.ts";
+import type { PieceOptions, TrunkTensor } from "./pieces.ts";
 import type { Kernels } from "../kernels.ts";
 import { CBuffers, type Addr } from "../model/cmem.ts";
 import type { ExpertRef, LayerRef, TensorRef, WeightProvider, WeightStats } from "../model/weights.ts";
@@ -16,17 +17,25 @@ import { ExpertSlotCache } from "./expert-cache.ts";
 import type { PolicyName } from "./policy/index.ts";
 import { checksumChecks, type ReadChecks } from "./read-checks.ts";
 import { ShardReader } from "./reader.ts";
-import { TrunkRing } from "./trunk-ring.ts";
+import { trunkLayout } from "./slots.ts";
+import { StreamedTrunk } from "./trunk.ts";
 import type { Checksums } from "./verify.ts";
 
 export interface StreamOptions {
-  /** Trunk units (layer indices; numLayers = the head) kept resident. */
-  pinnedUnits: number[];
-  /** Ring slots for streamed units (≥ 1 when any unit is streamed). */
+  /** Trunk pieces (ids in walk order, src/memory/pieces.ts) kept resident. */
+  pinnedPieces: number[];
+  /** Ring slots for streamed matrix pieces (≥ 1 when any is streamed). */
   ringSlots: number;
+  /** Ring slots for streamed cores (≥ 1 when any is streamed). */
+  coreSlots: number;
   expertSlots: number;
-  /** Read the next streamed unit while the current one computes (needs ringSlots ≥ 2). */
+  /** Read the next streamed piece while the current one computes (needs ringSlots ≥ 2). */
   prefetch: boolean;
+  /** How the trunk is cut into pieces (the planner must have used the same). */
+  pieces?: PieceOptions;
+  /** A compact trunk (`k3 pack`): its tensors per unit and the files they live in; default the
+   *  shards' exact trunk. */
+  trunk?: { tensors: TrunkTensor[][]; files: { file: string; bytes: number }[]; blockCrc: (key: string) => number | undefined };
   /** Ask for O_DIRECT; the probe decides, and stats say what happened. */
   direct: boolean;
   /** I/O threads; undefined joins the process's pool as it runs (see joinIoPool). */
@@ -41,23 +50,26 @@ export interface StreamOptions {
 export class StreamingWeights implements WeightProvider {
   private mem: CBuffers;
   private reader: ShardReader;
-  private trunk: TrunkRing;
+  private trunk: StreamedTrunk;
   private rows: EmbeddingRows;
   private experts: ExpertSlotCache;
   private checks?: ReadChecks;
-  private readonly headUnit: number;
 
   constructor(k: Kernels, ckpt: Checkpoint, opts: StreamOptions) {
     const mem = new CBuffers(k);
-    const reader = new ShardReader(k, ckpt, { direct: opts.direct, ioThreads: opts.ioThreads });
-    const checks = opts.checksums && checksumChecks(k, ckpt, opts.checksums);
-    let trunk: TrunkRing | undefined;
+    const reader = new ShardReader(k, ckpt, { direct: opts.direct, ioThreads: opts.ioThreads, extraFiles: opts.trunk?.files });
+    let trunk: StreamedTrunk | undefined;
     try {
-      trunk = new TrunkRing(mem, reader, ckpt, {
-        pinnedUnits: opts.pinnedUnits,
-        ringSlots: opts.ringSlots,
+      const layout = trunkLayout(ckpt, { ...opts.pieces, tensors: opts.trunk?.tensors });
+      // --verify: the exact trunk's blocks against `k3 verify --record`, a pack's against its own header.
+      const checks = opts.checksums && checksumChecks(k, ckpt, opts.checksums, layout, opts.trunk?.blockCrc);
+      this.checks = checks;
+      trunk = new StreamedTrunk(mem, reader, layout, ckpt.config.numLayers, {
+        pinned: opts.pinnedPieces,
+        matrixSlots: opts.ringSlots,
+        coreSlots: opts.coreSlots,
         prefetch: opts.prefetch,
-        check: checks && ((u, plan, base) => checks.trunkUnit(u, plan, base)),
+        check: checks && ((id, plan, base) => checks.trunkPiece(id, plan, base)),
         onProgress: opts.onProgress,
       });
       this.rows = new EmbeddingRows(k, mem, reader, ckpt, checks && ((id, row, bytes) => checks.embedRow(id, row, bytes)));
@@ -76,8 +88,6 @@ export class StreamingWeights implements WeightProvider {
     this.mem = mem;
     this.reader = reader;
     this.trunk = trunk;
-    this.checks = checks;
-    this.headUnit = ckpt.config.numLayers;
   }
 
   /** C memory this provider holds (pinned units, ring, expert slots, the row buffer). */
@@ -95,16 +105,15 @@ export class StreamingWeights implements WeightProvider {
 
   acquireLayer(L: number): LayerRef {
     if (L === 0) this.experts.epoch++;
-    return this.trunk.layerRef(L, this.trunk.acquire(L));
+    return this.trunk.acquireLayer(L);
   }
 
   releaseLayer(L: number): void {
-    this.trunk.release(L);
+    this.trunk.releaseLayer(L);
   }
 
   peekLayer(L: number): LayerRef | null {
-    const base = this.trunk.peek(L);
-    return base === null ? null : this.trunk.layerRef(L, base);
+    return this.trunk.peekLayer(L);
   }
 
   setHeadNext(yes: boolean): void {
@@ -112,9 +121,7 @@ export class StreamingWeights implements WeightProvider {
   }
 
   head(): { lmHead: TensorRef; norm: TensorRef; outResProj: TensorRef; outResNorm: TensorRef } {
-    const u = this.headUnit;
-    const base = this.trunk.acquire(u);
-    const t = (name: string) => this.trunk.tensor(u, base, name);
+    const t = this.trunk.acquireHead();
     return {
       lmHead: t(LM_HEAD_NAME),
       norm: t(`${LM_MODEL_PREFIX}norm.weight`),
@@ -125,7 +132,7 @@ export class StreamingWeights implements WeightProvider {
 
   /** The head's slot is released once the logits are computed. */
   releaseHead(): void {
-    this.trunk.release(this.headUnit);
+    this.trunk.releaseHead();
   }
 
   requestExperts(L: number, experts: number[]): void {

@@ -1,104 +1,100 @@
-// The trunk: "units" are the layers 0..N−1 plus the head (lm_head + final norms), walked
-// cyclically every token. Pinned units are read once at open. The rest stream through a ring of
-// slots: while unit u computes, the next streamed unit is read into another slot (prefetch).
-// With a single slot nothing runs ahead — the reader would overwrite the layer in use
-// (STREAMING.md §2). Never LRU for the trunk: the walk is cyclic, LRU would hit 0%.
-import type { Checkpoint } from "../checkpoint/catalogue.ts";
-import { LM_MODEL_PREFIX } from "../checkpoint/shapes.ts";
-import type { TensorEntry } from "../checkpoint/types.ts";
+// A ring of slots streaming trunk pieces (pieces.ts) in their walk order, cyclically every token.
+// Pinned pieces are read once at open. The rest go through the slots: while piece p computes,
+// the next streamed pieces are read into the other slots (prefetch). With a single slot nothing
+// runs ahead — the reader would overwrite the piece in use (STREAMING.md §2). Never LRU for the
+// trunk: the walk is cyclic, LRU would hit 0%.
+//
+// The trunk uses two rings (trunk.ts): one for the units' cores, one for their matrix pieces.
 import { K3Error } from "../errors.ts";
-import { at, type Addr, type CBuf, type CBuffers } from "../model/cmem.ts";
-import type { LayerRef, TensorRef } from "../model/weights.ts";
+import type { CBuf, CBuffers } from "../model/cmem.ts";
+import type { TrunkPiece } from "./pieces.ts";
 import { ALIGN, type ReadPlan } from "./readplan.ts";
 import { EMPTY, INFLIGHT, READY, type InFlight, type ShardReader, type SlotState } from "./reader.ts";
-import { unitReadPlans } from "./slots.ts";
-import { trunkUnitEntries, unitName } from "./units.ts";
 
-export interface TrunkOptions {
-  /** Trunk units (layer indices; numLayers = the head) kept resident. */
-  pinnedUnits: number[];
-  /** Ring slots for streamed units (≥ 1 when any unit is streamed). */
-  ringSlots: number;
-  /** Read the next streamed unit while the current one computes (needs ringSlots ≥ 2). */
+export interface RingOptions {
+  /** Pieces of this ring in walk order (a subset of the trunk's pieces). */
+  pieces: TrunkPiece[];
+  /** Their read plans, by piece id. */
+  plans: Map<number, ReadPlan>;
+  /** Piece ids kept resident. */
+  pinned: Set<number>;
+  /** Slots for the streamed pieces (≥ 1 when any is streamed). */
+  slots: number;
+  /** Read ahead while a piece computes (needs slots ≥ 2). */
   prefetch: boolean;
-  /** Called when a unit's bytes landed, before any use (--verify); throws to refuse them. */
-  check?: (u: number, plan: ReadPlan, base: number) => void;
-  /** Progress of loading the pinned units at open, in bytes (called with 0 first): units differ
-   *  in size by 100×, so a count of units would stall on the big ones. */
-  onProgress?: (doneBytes: number, totalBytes: number) => void;
-}
-
-/** Reads of pinned units kept in flight at once while loading at open. */
-const PINNED_READS_IN_FLIGHT = 128;
-
-interface Unit {
-  plan: ReadPlan;
-  entries: Map<string, TensorEntry>;
+  /** Unit number of the head: its pieces are skipped by a pass that does not end with the head. */
+  headUnit: number;
+  /** Names a piece in errors. */
+  describe: (id: number) => string;
+  /** Called when a piece's bytes landed, before any use (--verify); throws to refuse them. */
+  check?: (id: number, plan: ReadPlan, base: number) => void;
 }
 
 interface RingSlot {
   buf: CBuf;
-  unit: number; // −1: none
+  piece: number; // −1: none
   state: SlotState;
   read: InFlight | null; // while INFLIGHT
   inUse: boolean; // acquired and not yet released: never overwritten
 }
 
-export class TrunkRing {
-  private units: Unit[];
-  private pinned = new Map<number, CBuf>();
+/** Reads of pinned pieces kept in flight at once while loading at open. */
+const PINNED_READS_IN_FLIGHT = 128;
+
+export class PieceRing {
+  private pinnedBufs = new Map<number, CBuf>();
   private ring: RingSlot[] = [];
-  private streamedOrder: number[] = []; // streamed units in walk order
-  private readonly N: number; // the head's unit number
+  private order: number[] = []; // streamed piece ids in walk order
+  private pos = new Map<number, number>(); // piece id → index in order
+  private unitOf = new Map<number, number>();
   /** Whether the head follows the last layer in the current pass (false for non-final chunks). */
   headNext = true;
-  /** Payload bytes read (pinned at open, then every streamed unit each time it is read). */
+  /** Payload bytes read (pinned at open, then every streamed piece each time it is read). */
   bytesRead = 0;
 
   constructor(
     mem: CBuffers,
     private reader: ShardReader,
-    ckpt: Checkpoint,
-    private opts: TrunkOptions,
+    private opts: RingOptions,
+    onPinned?: (payloadBytes: number) => void,
   ) {
-    this.N = ckpt.config.numLayers;
-    const plans = unitReadPlans(ckpt);
-    this.units = trunkUnitEntries(ckpt).map((list, u) => ({ plan: plans[u]!, entries: new Map(list.map((e) => [e.name, e])) }));
-    const pinned = new Set(opts.pinnedUnits);
-    for (let u = 0; u <= this.N; u++) if (!pinned.has(u)) this.streamedOrder.push(u);
-    this.loadPinned(mem, [...pinned].sort((a, b) => a - b));
-    if (this.streamedOrder.length > 0) {
-      if (opts.ringSlots < 1) throw new K3Error("BUDGET", "streaming the trunk needs at least one ring slot");
-      const slotBytes = Math.max(...this.streamedOrder.map((u) => this.units[u]!.plan.slotBytes));
-      for (let i = 0; i < opts.ringSlots; i++)
-        this.ring.push({ buf: mem.alloc(slotBytes, `ring slot ${i}`, ALIGN), unit: -1, state: EMPTY, read: null, inUse: false });
+    for (const p of opts.pieces) {
+      this.unitOf.set(p.id, p.unit);
+      if (!opts.pinned.has(p.id)) {
+        this.pos.set(p.id, this.order.length);
+        this.order.push(p.id);
+      }
+    }
+    this.loadPinned(mem, opts.pieces.filter((p) => opts.pinned.has(p.id)).map((p) => p.id), onPinned);
+    if (this.order.length > 0) {
+      if (opts.slots < 1) throw new K3Error("BUDGET", "streaming the trunk needs at least one ring slot");
+      const slotBytes = Math.max(...this.order.map((id) => this.plan(id).slotBytes));
+      for (let i = 0; i < opts.slots; i++) this.ring.push({ buf: mem.alloc(slotBytes, `ring slot ${i}`, ALIGN), piece: -1, state: EMPTY, read: null, inUse: false });
     }
   }
 
-  private what(u: number): string {
-    return `trunk of ${unitName(u, this.N)}`;
+  private plan(id: number): ReadPlan {
+    const p = this.opts.plans.get(id);
+    if (!p) throw new K3Error("INTERNAL", `no read plan for trunk piece ${id}`);
+    return p;
   }
 
-  /** Read the pinned units in parallel on the I/O pool, a bounded number of reads in flight. */
-  private loadPinned(mem: CBuffers, order: number[]): void {
-    const inflight: { u: number; buf: CBuf; read: InFlight }[] = [];
-    const totalBytes = order.reduce((n, u) => n + this.units[u]!.plan.payloadBytes, 0);
-    let landedBytes = 0;
-    this.opts.onProgress?.(0, totalBytes);
+  /** Read the pinned pieces in parallel on the I/O pool, a bounded number of reads in flight. */
+  private loadPinned(mem: CBuffers, ids: number[], onPinned?: (payloadBytes: number) => void): void {
+    const inflight: { id: number; buf: CBuf; read: InFlight }[] = [];
     const land = () => {
-      const { u, buf, read } = inflight.shift()!;
+      const { id, buf, read } = inflight.shift()!;
       this.reader.finish(read);
-      this.opts.check?.(u, read.plan, buf.ptr);
-      this.pinned.set(u, buf);
-      landedBytes += read.plan.payloadBytes;
-      this.opts.onProgress?.(landedBytes, totalBytes);
+      this.opts.check?.(id, read.plan, buf.ptr);
+      this.pinnedBufs.set(id, buf);
+      onPinned?.(read.plan.payloadBytes);
     };
     try {
-      for (const u of order) {
-        const plan = this.units[u]!.plan;
-        const buf = mem.alloc(plan.slotBytes, `pinned unit ${u}`, ALIGN);
+      for (const id of ids) {
+        const plan = this.plan(id);
+        const buf = mem.alloc(plan.slotBytes, `pinned piece ${id}`, ALIGN);
         while (inflight.length > 0 && inflight.reduce((n, x) => n + x.read.tickets.length, 0) + plan.reads.length > PINNED_READS_IN_FLIGHT) land();
-        inflight.push({ u, buf, read: this.reader.start(plan, buf.ptr, this.what(u)) });
+        inflight.push({ id, buf, read: this.reader.start(plan, buf.ptr, this.opts.describe(id)) });
         this.bytesRead += plan.payloadBytes;
       }
       while (inflight.length > 0) land();
@@ -109,13 +105,13 @@ export class TrunkRing {
     }
   }
 
-  /** Land a ring slot's reads (and check them); on failure the slot is emptied, never reused stale. */
+  /** Land a slot's reads (and check them); on failure the slot is emptied, never reused stale. */
   private land(slot: RingSlot): void {
     if (slot.state !== INFLIGHT) return;
     const read = slot.read!;
     try {
       this.reader.finish(read);
-      this.opts.check?.(slot.unit, read.plan, slot.buf.ptr);
+      this.opts.check?.(slot.piece, read.plan, slot.buf.ptr);
     } catch (err) {
       this.empty(slot);
       throw err;
@@ -127,88 +123,81 @@ export class TrunkRing {
   private empty(slot: RingSlot): void {
     if (slot.read) this.reader.drain(slot.read);
     slot.read = null;
-    slot.unit = -1;
+    slot.piece = -1;
     slot.state = EMPTY;
   }
 
-  /** Start reading unit u into a free ring slot (not in use, not holding u). */
-  private prefetch(u: number): void {
-    if (this.ring.some((s) => s.unit === u)) return;
-    const slot = this.ring.find((s) => !s.inUse);
-    if (!slot) return;
+  /** Start reading piece `id` into a free slot (not in use, not holding a piece still ahead). */
+  private prefetch(id: number, keep: Set<number>): boolean {
+    if (this.ring.some((s) => s.piece === id)) return true;
+    const slot = this.ring.find((s) => !s.inUse && !keep.has(s.piece));
+    if (!slot) return false;
     this.empty(slot); // a read still writing into it is waited for first
-    const plan = this.units[u]!.plan;
-    slot.read = this.reader.start(plan, slot.buf.ptr, this.what(u));
-    slot.unit = u;
+    const plan = this.plan(id);
+    slot.read = this.reader.start(plan, slot.buf.ptr, this.opts.describe(id));
+    slot.piece = id;
     slot.state = INFLIGHT;
     this.bytesRead += plan.payloadBytes;
+    return true;
   }
 
-  /** The unit that follows u in the walk: cyclic, except that a pass that does not end with the
-   *  head (a prefill chunk that is not the last) goes from the last layer straight to layer 0. */
-  private nextStreamed(u: number): number {
-    const order = this.streamedOrder;
-    let i = order.indexOf(u);
-    let next = order[++i % order.length]!;
-    if (next === this.N && !this.headNext && order.length > 1) next = order[++i % order.length]!;
-    return next;
+  /** The streamed pieces after `id` in the walk: cyclic, except that a pass that does not end
+   *  with the head (a prefill chunk that is not the last) goes from the last layer to layer 0. */
+  private ahead(id: number, n: number): number[] {
+    const order = this.order;
+    const out: number[] = [];
+    let i = this.pos.get(id)!;
+    for (let step = 0; step < order.length - 1 && out.length < n; step++) {
+      i = (i + 1) % order.length;
+      const next = order[i]!;
+      if (!this.headNext && this.unitOf.get(next) === this.opts.headUnit && this.unitOf.get(id) !== this.opts.headUnit) continue;
+      out.push(next);
+    }
+    return out;
   }
 
-  /** Blocks until unit u is in memory; returns its base address. Pair with release(u). */
-  acquire(u: number): Addr {
-    const pinned = this.pinned.get(u);
+  /** Blocks until piece `id` is in memory; returns its base address. Pair with release(id). */
+  acquire(id: number): number {
+    const pinned = this.pinnedBufs.get(id);
     if (pinned) return pinned.ptr;
-    let slot = this.ring.find((s) => s.unit === u);
+    if (!this.pos.has(id)) throw new K3Error("INTERNAL", `trunk piece ${id} is not part of this ring`);
+    let slot = this.ring.find((s) => s.piece === id);
     if (!slot) {
-      this.prefetch(u); // a free slot always exists here: units are used one at a time
-      slot = this.ring.find((s) => s.unit === u);
-      if (!slot) throw new K3Error("INTERNAL", `no ring slot free for ${unitName(u, this.N)}`);
+      // A free slot always exists here: one piece of a ring is used at a time.
+      if (!this.prefetch(id, new Set())) throw new K3Error("INTERNAL", `no ring slot free for ${this.opts.describe(id)}`);
+      slot = this.ring.find((s) => s.piece === id)!;
     }
     this.land(slot);
     slot.inUse = true;
-    // Run ahead only into ANOTHER slot: with one slot the next read would overwrite this unit.
+    // Run ahead only into OTHER slots: with one slot the next read would overwrite this piece.
     if (this.opts.prefetch && this.ring.length >= 2)
       try {
-        const next = this.nextStreamed(u);
-        if (next !== u) this.prefetch(next);
+        const next = this.ahead(id, this.ring.length - 1);
+        const keep = new Set(next);
+        for (const n of next) if (!this.prefetch(n, keep)) break;
       } catch (err) {
-        slot.inUse = false; // the caller never gets this unit, so it will never release it
+        slot.inUse = false; // the caller never gets this piece, so it will never release it
         throw err;
       }
     return slot.buf.ptr;
   }
 
-  release(u: number): void {
-    const slot = this.ring.find((s) => s.unit === u);
+  release(id: number): void {
+    const slot = this.ring.find((s) => s.piece === id);
     if (slot) slot.inUse = false;
   }
 
-  /** Unit u's base address if it is in memory right now (pinned or landed), without waiting. */
-  peek(u: number): Addr | null {
-    const pinned = this.pinned.get(u);
+  /** Piece `id`'s base address if it is in memory right now (pinned or landed), without waiting. */
+  peek(id: number): number | null {
+    const pinned = this.pinnedBufs.get(id);
     if (pinned) return pinned.ptr;
-    const slot = this.ring.find((s) => s.unit === u);
+    const slot = this.ring.find((s) => s.piece === id);
     if (!slot) return null;
     if (slot.state === INFLIGHT) {
       if (!this.reader.done(slot.read!)) return null;
       this.land(slot); // checked like any other landing (--verify)
     }
     return slot.buf.ptr;
-  }
-
-  /** A tensor of unit u at `base`, by full name (throws naming it if the unit does not hold it). */
-  tensor(u: number, base: number, name: string): TensorRef {
-    const unit = this.units[u]!;
-    const off = unit.plan.offsets.get(name);
-    const te = unit.entries.get(name);
-    if (off === undefined || !te) throw new K3Error("CHECKPOINT", `tensor ${name} is not part of the ${this.what(u)}`);
-    return { ptr: at(base, off), dtype: te.dtype, shape: te.shape, bytes: te.bytes };
-  }
-
-  /** Layer L's non-expert tensors at `base`, by name below `layers.L.`. */
-  layerRef(L: number, base: number): LayerRef {
-    const prefix = `${LM_MODEL_PREFIX}layers.${L}.`;
-    return { layer: L, t: (suffix: string) => this.tensor(L, base, prefix + suffix) };
   }
 
   close(): void {

@@ -4,12 +4,13 @@
 // What is checked:
 //  - every shard's header tiles its data section to the end of the file (the checkpoint reader
 //    refuses anything else, for every command — checkShardSizes reports it);
-//  - `--record` reads everything a token can read once and records a CRC-32C per trunk unit, per
-//    routed expert and per embedding row, tied to the exact shard bytes it was computed from
+//  - `--record` reads everything a token can read once and records a CRC-32C per trunk block
+//    (a tensor, or a row block of a large matrix: src/memory/pieces.ts), per routed expert and
+//    per embedding row, tied to the exact shard bytes it was computed from
 //    (each shard's header hash, size and mtime);
 //  - `k3 verify` without `--record` reads everything again and compares with what was recorded;
 //  - `run --verify` compares every read during generation: trunk units, experts and embedding
-//    rows alike (read-checks.ts).
+//    rows alike (read-checks.ts); a trunk piece of any size is checked block by block.
 //
 // Where the file lives: `k3-checksums.json` next to the model when that folder can take it, else
 // (read-only folder, full disk, a Hugging Face download k3 must not write into) in k3's cache
@@ -25,14 +26,15 @@ import { K3Error } from "../errors.ts";
 import { readRegularFile } from "../files.ts";
 import type { Kernels } from "../kernels.ts";
 import { CBuffers } from "../model/cmem.ts";
+import { blockCrc } from "./pieces.ts";
 import { ALIGN, buildReadPlan, type ReadPlan } from "./readplan.ts";
-import { expertReadPlan, expertSlotBytes, unitReadPlans } from "./slots.ts";
-import { unitName } from "./units.ts";
+import { expertReadPlan, expertSlotBytes, pieceReadPlans, trunkLayout } from "./slots.ts";
 
 export const CHECKSUM_FILE = "k3-checksums.json";
-/** -3: embedding rows, and each shard tied by header hash + size + mtime (-2: experts and trunk
+/** -4: trunk blocks instead of whole units (pieces of any size are checked before use);
+ *  -3: embedding rows, and each shard tied by header hash + size + mtime (-2: experts and trunk
  *  units, shards matched by size only; -1: zlib CRC-32). */
-const CHECKSUM_FORMAT = "k3-checksums-3";
+const CHECKSUM_FORMAT = "k3-checksums-4";
 /** Embedding rows read per block while recording (bounded buffer: 512 rows = 7.3 MB for K3). */
 const EMBED_BLOCK_ROWS = 512;
 /** Mismatches listed in one error (the rest are counted). */
@@ -48,8 +50,8 @@ export interface ShardCheck {
 export interface Checksums {
   /** "layer:expert" → CRC-32C of the expert's six tensors' payload, in read-plan order. */
   experts: Map<string, number>;
-  /** trunk unit (layer index; numLayers = head) → CRC-32C of its payload, in read-plan order. */
-  trunk: Map<number, number>;
+  /** Trunk block key (a tensor's name, or "name@row" for a row block) → CRC-32C of its bytes. */
+  trunk: Map<string, number>;
   /** Token id → CRC-32C of its embedding row (hidden × bf16). */
   embedRows: Uint32Array;
 }
@@ -67,9 +69,9 @@ export interface VerifyResult {
   shards: ShardCheck[];
   tensors: number;
   /** Set with `record`: where the checksums went and how many were written. */
-  recorded?: { path: string; experts: number; trunkUnits: number; embedRows: number; ms: number };
+  recorded?: { path: string; experts: number; trunkBlocks: number; embedRows: number; ms: number };
   /** Set without `record` when checksums were recorded: every one was read again and matched. */
-  checked?: { path: string; experts: number; trunkUnits: number; embedRows: number; ms: number };
+  checked?: { path: string; experts: number; trunkBlocks: number; embedRows: number; ms: number };
 }
 
 /** Each shard's size must be exactly the end of its data section (no truncation, no splice). */
@@ -140,8 +142,8 @@ function parseChecksumFile(path: string, ckpt: Checkpoint, now: ShardStamp[]): C
   } catch (err) {
     throw new K3Error("VERIFY", `${path}: not a k3 checksum file (${(err as Error).message}): ${again}`);
   }
-  if (body?.format === "k3-checksums-1" || body?.format === "k3-checksums-2")
-    throw new K3Error("VERIFY", `${path} was recorded by an older k3 (no embedding rows, shards matched by size only): ${again}`);
+  if (body?.format === "k3-checksums-1" || body?.format === "k3-checksums-2" || body?.format === "k3-checksums-3")
+    throw new K3Error("VERIFY", `${path} was recorded by an older k3 (whole trunk units, or no embedding rows): ${again}`);
   if (body?.format !== CHECKSUM_FORMAT) throw new K3Error("VERIFY", `${path}: not a k3 checksum file: ${again}`);
   const stale = staleReason(body.shards, now);
   if (stale) throw new K3Error("VERIFY", `${path} was recorded for other shard bytes (${stale}): ${again}`);
@@ -152,7 +154,7 @@ function parseChecksumFile(path: string, ckpt: Checkpoint, now: ShardStamp[]): C
   for (let i = 0; i < cfg.vocab; i++) embedRows[i] = rows.readUInt32LE(4 * i);
   return {
     experts: new Map(Object.entries(body.experts ?? {}).map(([k, v]) => [k, Number(v)])),
-    trunk: new Map(Object.entries(body.trunk ?? {}).map(([k, v]) => [Number(k), Number(v)])),
+    trunk: new Map(Object.entries(body.trunk ?? {}).map(([k, v]) => [k, Number(v)])),
     embedRows,
   };
 }
@@ -173,7 +175,7 @@ export function payloadCrc(k: Kernels, plan: ReadPlan, base: number): number {
   return crc;
 }
 
-/** Read every trunk unit, routed expert and embedding row once; their CRC-32Cs. */
+/** Read every trunk block, routed expert and embedding row once; their CRC-32Cs. */
 export function computeChecksums(k: Kernels, ckpt: Checkpoint, onProgress?: (done: number, total: number) => void): Checksums {
   const cfg = ckpt.config;
   const mem = new CBuffers(k);
@@ -192,7 +194,8 @@ export function computeChecksums(k: Kernels, ckpt: Checkpoint, onProgress?: (don
   const rowBytes = cfg.hidden * 2;
   const sums: Checksums = { experts: new Map(), trunk: new Map(), embedRows: new Uint32Array(cfg.vocab) };
   try {
-    const units = unitReadPlans(ckpt);
+    const layout = trunkLayout(ckpt);
+    const pieces = pieceReadPlans(layout);
     const experts: [number, number][] = [];
     for (let L = cfg.firstKDense; L < cfg.numLayers; L++) for (let e = 0; e < cfg.numExperts; e++) experts.push([L, e]);
     // Embedding rows in blocks: one read each, a CRC per row inside it.
@@ -202,9 +205,9 @@ export function computeChecksums(k: Kernels, ckpt: Checkpoint, onProgress?: (don
       const part: TensorEntry = { ...embed, offset: embed.offset + first * rowBytes, bytes: rows * rowBytes, shape: [rows, cfg.hidden] };
       blocks.push({ first, rows, plan: buildReadPlan([part]) });
     }
-    const total = units.length + experts.length + blocks.length;
+    const total = pieces.length + experts.length + blocks.length;
     // The buffer the streaming provider's slots need (slots.ts: exact for any layout), or larger.
-    const largest = Math.max(expertSlotBytes(ckpt), ...units.map((p) => p.slotBytes), ...blocks.map((b) => b.plan.slotBytes));
+    const largest = Math.max(expertSlotBytes(ckpt), ...pieces.map((p) => p.slotBytes), ...blocks.map((b) => b.plan.slotBytes));
     const buf = mem.alloc(largest, "verify buffer", ALIGN);
     const readAll = (plan: ReadPlan, what: string) => {
       for (const r of plan.reads) {
@@ -213,9 +216,10 @@ export function computeChecksums(k: Kernels, ckpt: Checkpoint, onProgress?: (don
       }
     };
     let done = 0;
-    units.forEach((plan, u) => {
-      readAll(plan, u === cfg.numLayers ? "the head" : `layer ${u}'s trunk`);
-      sums.trunk.set(u, payloadCrc(k, plan, buf.ptr));
+    pieces.forEach((plan, id) => {
+      const piece = layout.pieces[id]!;
+      readAll(plan, piece.unit === cfg.numLayers ? "the head" : `layer ${piece.unit}'s trunk`);
+      for (const b of piece.blocks) sums.trunk.set(b.key, blockCrc(k, b, plan.offsets, buf.ptr));
       onProgress?.(++done, total);
     });
     for (const [L, e] of experts) {
@@ -270,8 +274,8 @@ function writeChecksumFile(ckpt: Checkpoint, sums: Checksums): string {
 function mismatches(ckpt: Checkpoint, want: Checksums, got: Checksums): string[] {
   const cfg = ckpt.config;
   const out: string[] = [];
-  for (const [u, crc] of got.trunk)
-    if (want.trunk.get(u) !== crc) out.push(`the trunk of ${unitName(u, cfg.numLayers)}: read ${crc.toString(16)}, recorded ${want.trunk.get(u)?.toString(16) ?? "nothing"}`);
+  for (const [key, crc] of got.trunk)
+    if (want.trunk.get(key) !== crc) out.push(`trunk ${key.includes("@") ? `${key.replace("@", " from row ")}` : key}: read ${crc.toString(16)}, recorded ${want.trunk.get(key)?.toString(16) ?? "nothing"}`);
   for (const [key, crc] of got.experts)
     if (want.experts.get(key) !== crc) {
       const [L, e] = key.split(":").map(Number) as [number, number];
@@ -298,7 +302,7 @@ export function verifyCheckpoint(k: Kernels, ckpt: Checkpoint, opts: { record?: 
   if (!opts.record && !recorded) return result;
   const t0 = performance.now();
   const sums = computeChecksums(k, ckpt, opts.onProgress);
-  const counts = { experts: sums.experts.size, trunkUnits: sums.trunk.size, embedRows: sums.embedRows.length };
+  const counts = { experts: sums.experts.size, trunkBlocks: sums.trunk.size, embedRows: sums.embedRows.length };
   if (opts.record) {
     const path = writeChecksumFile(ckpt, sums);
     result.recorded = { path, ...counts, ms: performance.now() - t0 };

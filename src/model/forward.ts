@@ -34,7 +34,7 @@ import { kernelLimits, K3_STATUS, type Kernels } from "../kernels.ts";
 import { allocForwardBuffers, bankSlots, draftInputWidth, passShape, type ForwardBuffers } from "./buffers.ts";
 import { at, CBuffers, type Addr, type CBuf } from "./cmem.ts";
 import type { SessionState } from "./state.ts";
-import type { LayerRef, WeightProvider } from "./weights.ts";
+import type { LayerRef, TensorRef, WeightProvider } from "./weights.ts";
 
 const F = 4; // bytes per f32
 
@@ -388,7 +388,7 @@ export class Model {
     const status = k.k3_attnres_mix(b.final_bank.ptr, nb, b.final_x.ptr, head.outResProj.ptr, head.outResNorm.ptr, b.final_h.ptr, E, R, c.rmsEps);
     this.checked("k3_attnres_mix", status, "the final mix");
     this.norm(head.norm.ptr, b.final_h.ptr, b.final_x.ptr, R);
-    k.k3_matmul_bf16(head.lmHead.ptr, b.final_x.ptr, b.logits.ptr, c.vocab, E, R);
+    this.mm(head.lmHead, b.final_x.ptr, b.logits.ptr, c.vocab, E, R);
     this.w.releaseHead?.();
   }
 
@@ -414,8 +414,27 @@ export class Model {
     this.checked("k3_attnres_mix", status, `layer ${lw.layer}`);
   }
 
-  private mm(W: Addr, X: Addr, Y: Addr, rows: number, cols: number, T: number): void {
-    this.k.k3_matmul_bf16(W, X, Y, rows, cols, T);
+  /**
+   * Y = W·X for a trunk matrix, whatever its format (bf16, or a packed int8/int4 trunk) and however
+   * the provider holds it (whole, or row slices streamed in turn: src/memory/pieces.ts). Every row
+   * is computed alone in the kernels' fixed order, so slices give the same bits as the whole; a
+   * slice of a multi-token batch runs token by token (its rows are strided in Y).
+   */
+  private mm(W: TensorRef, X: Addr, Y: Addr, rows: number, cols: number, T: number): void {
+    if (!W.rowSlices) return this.mmRows(W.dtype, W.ptr, W.scales, X, Y, rows, cols, T);
+    W.rowSlices.forEach((_, i) => {
+      const s = W.slice!(i);
+      const n = s.r1 - s.r0;
+      if (T === 1) this.mmRows(W.dtype, s.ptr, s.scales, X, at(Y, s.r0 * F), n, cols, 1);
+      else for (let t = 0; t < T; t++) this.mmRows(W.dtype, s.ptr, s.scales, at(X, t * cols * F), at(Y, (t * rows + s.r0) * F), n, cols, 1);
+    });
+  }
+
+  private mmRows(dtype: TensorRef["dtype"], W: Addr, S: Addr | undefined, X: Addr, Y: Addr, rows: number, cols: number, T: number): void {
+    if (dtype === "BF16") this.k.k3_matmul_bf16(W, X, Y, rows, cols, T);
+    else if (dtype === "Q8") this.k.k3_matmul_q8(W, S!, X, Y, rows, cols, T);
+    else if (dtype === "Q4") this.k.k3_matmul_q4(W, S!, X, Y, rows, cols, T);
+    else throw new K3Error("INTERNAL", `no matmul for ${dtype} weights`);
   }
 
   /**
@@ -434,12 +453,13 @@ export class Model {
     const P = H * D;
     const x = b.xn.ptr;
     const t = (s: string) => lw.t(`self_attn.${s}`).ptr;
+    const w = (s: string) => lw.t(`self_attn.${s}`); // a matrix: asked for right before its product
     const li = this.kdaIndex[L]!;
     const rowBytes = P * F;
     // 1. q, k, v projections, [T][P]
-    this.mm(t("q_proj.weight"), x, b.kda_q.ptr, P, E, T);
-    this.mm(t("k_proj.weight"), x, b.kda_k.ptr, P, E, T);
-    this.mm(t("v_proj.weight"), x, b.kda_v.ptr, P, E, T);
+    this.mm(w("q_proj.weight"), x, b.kda_q.ptr, P, E, T);
+    this.mm(w("k_proj.weight"), x, b.kda_k.ptr, P, E, T);
+    this.mm(w("v_proj.weight"), x, b.kda_v.ptr, P, E, T);
     // A verify segment's drafted rows (row0 + 1 …) keep their inputs in spec_inputs.
     const save = (seg: Placed, from: Addr, slot: number, bytes = rowBytes) => {
       if (!seg.verify) return;
@@ -472,11 +492,11 @@ export class Model {
     k.k3_l2norm_heads(b.kda_q.ptr, H, D, T, 1e-6, 1 / Math.sqrt(D));
     k.k3_l2norm_heads(b.kda_k.ptr, H, D, T, 1e-6, 1);
     // 4. gate g = lower·sigmoid(exp(A_log[h])·(f_b·f_a·x + dt_bias)), A_log per head
-    this.mm(t("f_a_proj.weight"), x, b.kda_fa.ptr, D, E, T);
-    this.mm(t("f_b_proj.weight"), b.kda_fa.ptr, b.kda_g.ptr, P, D, T);
+    this.mm(w("f_a_proj.weight"), x, b.kda_fa.ptr, D, E, T);
+    this.mm(w("f_b_proj.weight"), b.kda_fa.ptr, b.kda_g.ptr, P, D, T);
     k.k3_kda_gate(b.kda_g.ptr, t("dt_bias"), t("A_log"), b.kda_g.ptr, H, D, T, c.gateLowerBound);
     // 5. β = sigmoid(b_proj·x)
-    this.mm(t("b_proj.weight"), x, b.kda_beta.ptr, H, E, T);
+    this.mm(w("b_proj.weight"), x, b.kda_beta.ptr, H, E, T);
     k.k3_sigmoid(b.kda_beta.ptr, T * H);
     for (const seg of segs) {
       save(seg, b.kda_k.ptr, 3);
@@ -500,10 +520,10 @@ export class Model {
     }
     // 7. o = RMSNorm_per_head(o, o_norm) · sigmoid(g_proj·x)   (norm first, then gate)
     k.k3_rmsnorm_f32w(b.kda_o.ptr, D, t("o_norm.weight"), b.kda_o.ptr, D, D, T * H, c.rmsEps);
-    this.mm(t("g_proj.weight"), x, b.kda_gp.ptr, P, E, T);
+    this.mm(w("g_proj.weight"), x, b.kda_gp.ptr, P, E, T);
     k.k3_mul_sigmoid(b.kda_o.ptr, b.kda_gp.ptr, T * P);
     // 8. out = o_proj·o
-    this.mm(t("o_proj.weight"), b.kda_o.ptr, b.a.ptr, E, P, T);
+    this.mm(w("o_proj.weight"), b.kda_o.ptr, b.a.ptr, E, P, T);
   }
 
   private kdaState(state: SessionState, L: number) {
@@ -526,12 +546,17 @@ export class Model {
     const row = R + dr;
     const x = b.xn.ptr;
     const t = (s: string) => lw.t(`self_attn.${s}`).ptr;
+    const w = (s: string) => lw.t(`self_attn.${s}`); // a matrix: asked for right before its product
     // 1. q = q_b·RMSNorm(q_a·x, q_a_layernorm, 1e-6)   (1e-6: the released code's default, §7.4)
-    this.mm(t("q_a_proj.weight"), x, b.mla_qa.ptr, c.qLoraRank, E, T);
+    this.mm(w("q_a_proj.weight"), x, b.mla_qa.ptr, c.qLoraRank, E, T);
     k.k3_rmsnorm_bf16w(b.mla_qa.ptr, c.qLoraRank, t("q_a_layernorm.weight"), b.mla_qa.ptr, c.qLoraRank, c.qLoraRank, T, 1e-6);
-    this.mm(t("q_b_proj.weight"), b.mla_qa.ptr, b.mla_q.ptr, Hm * qk, c.qLoraRank, T);
+    this.mm(w("q_b_proj.weight"), b.mla_qa.ptr, b.mla_q.ptr, Hm * qk, c.qLoraRank, T);
     // 2. c = kv_a·x → [c_kv (R) | k_r (dr)]; cache row = [RMSNorm(c_kv, 1e-6) | k_r (not normed)]
-    this.mm(t("kv_a_proj_with_mqa.weight"), x, b.mla_c.ptr, row, E, T);
+    this.mm(w("kv_a_proj_with_mqa.weight"), x, b.mla_c.ptr, row, E, T);
+    // MLA's kv_b: bf16 and whole (walk.ts: never sliced, never packed); valid through the loop,
+    // which asks for no other matrix.
+    const kvb = w("kv_b_proj.weight");
+    if (kvb.dtype !== "BF16") throw new K3Error("INTERNAL", `layer ${L}: kv_b_proj is ${kvb.dtype}, the MLA kernel takes bf16`);
     for (const seg of segs) {
       const st = seg.state.mla[L];
       if (!st) throw new K3Error("INTERNAL", `layer ${L} has no MLA cache`);
@@ -542,22 +567,22 @@ export class Model {
       k.k3_rmsnorm_bf16w(at(b.mla_c.ptr, c0), row, t("kv_a_layernorm.weight"), at(base), row, R, n, 1e-6);
       for (let i = 0; i < n; i++) k.k3_mem_copy(at(base, (i * row + R) * F), at(b.mla_c.ptr, c0 + (i * row + R) * F), dr * F);
       // 3–4. causal attention over positions ≤ p, no rotary, scale (dn+dr)^-0.5, kv_b absorbed
-      k.k3_mla_attend(at(b.mla_q.ptr, seg.row0 * Hm * qk * F), t("kv_b_proj.weight"), st.cache.ptr, at(b.mla_o.ptr, seg.row0 * Hm * c.vHead * F), b.mla_scratch.ptr, Hm, c.qkNope, dr, c.vHead, R, pos, n, 1 / Math.sqrt(qk));
+      k.k3_mla_attend(at(b.mla_q.ptr, seg.row0 * Hm * qk * F), kvb.ptr, st.cache.ptr, at(b.mla_o.ptr, seg.row0 * Hm * c.vHead * F), b.mla_scratch.ptr, Hm, c.qkNope, dr, c.vHead, R, pos, n, 1 / Math.sqrt(qk));
     }
     // 5. o · sigmoid(g_proj·x), then o_proj (gate before o_proj, no norm)
-    this.mm(t("g_proj.weight"), x, b.mla_gate.ptr, Hm * c.vHead, E, T);
+    this.mm(w("g_proj.weight"), x, b.mla_gate.ptr, Hm * c.vHead, E, T);
     k.k3_mul_sigmoid(b.mla_o.ptr, b.mla_gate.ptr, T * Hm * c.vHead);
-    this.mm(t("o_proj.weight"), b.mla_o.ptr, b.a.ptr, E, Hm * c.vHead, T);
+    this.mm(w("o_proj.weight"), b.mla_o.ptr, b.a.ptr, E, Hm * c.vHead, T);
   }
 
   /** SiTU-GLU FFN on xn: out = down·SiTU(gate·x, up·x) (dense layers and shared experts). */
   private glu(lw: LayerRef, prefix: string, inter: number, g: CBuf, u: CBuf, out: Addr, T: number): void {
     const c = this.cfg;
     const x = this.b.xn.ptr;
-    this.mm(lw.t(`${prefix}.gate_proj.weight`).ptr, x, g.ptr, inter, c.hidden, T);
-    this.mm(lw.t(`${prefix}.up_proj.weight`).ptr, x, u.ptr, inter, c.hidden, T);
+    this.mm(lw.t(`${prefix}.gate_proj.weight`), x, g.ptr, inter, c.hidden, T);
+    this.mm(lw.t(`${prefix}.up_proj.weight`), x, u.ptr, inter, c.hidden, T);
     this.k.k3_situ_glu(g.ptr, u.ptr, g.ptr, T * inter, c.situBeta, c.situLinearBeta);
-    this.mm(lw.t(`${prefix}.down_proj.weight`).ptr, g.ptr, out, c.hidden, inter, T);
+    this.mm(lw.t(`${prefix}.down_proj.weight`), g.ptr, out, c.hidden, inter, T);
   }
 
   /** Router on xn (T rows): top-k of sigmoid + bias into router_idx, weights from the unbiased scores. */
@@ -565,7 +590,7 @@ export class Model {
     const c = this.cfg;
     const b = this.b;
     const p = "block_sparse_moe";
-    this.mm(lw.t(`${p}.gate.weight`).ptr, b.xn.ptr, b.router_logits.ptr, c.numExperts, c.hidden, T);
+    this.mm(lw.t(`${p}.gate.weight`), b.xn.ptr, b.router_logits.ptr, c.numExperts, c.hidden, T);
     const status = this.k.k3_router_topk(b.router_logits.ptr, lw.t(`${p}.gate.e_score_correction_bias`).ptr, c.numExperts, c.topK, T, c.routedScaling, b.router_idx.ptr, b.router_w.ptr);
     this.checked("k3_router_topk", status, `layer ${lw.layer}'s router`);
   }
@@ -595,7 +620,7 @@ export class Model {
     try {
       this.w.requestExperts(L, [...users.keys()]);
       // z = routed_expert_down_proj·x  (latent)
-      this.mm(lw.t(`${p}.routed_expert_down_proj.weight`).ptr, b.xn.ptr, b.z.ptr, lat, E, T);
+      this.mm(lw.t(`${p}.routed_expert_down_proj.weight`), b.xn.ptr, b.z.ptr, lat, E, T);
       // Shared experts on the full-width x, unweighted: sh_d = down·SiTU(gate·x, up·x). Computed
       // now, while the routed experts' reads are in flight; it is added after the routed part below,
       // so the order of the sum (and every bit) is as if it ran last.
@@ -626,7 +651,7 @@ export class Model {
     for (let t = 0; t < T; t++)
       for (let r = 0; r < K; r++) k.k3_axpy(at(b.y.ptr, t * lat * F), wv[t * K + r]!, at(b.yall.ptr, (t * K + r) * lat * F), lat);
     k.k3_rmsnorm_bf16w(b.y.ptr, lat, lw.t(`${p}.routed_expert_norm.weight`).ptr, b.y.ptr, lat, lat, T, c.rmsEps);
-    this.mm(lw.t(`${p}.routed_expert_up_proj.weight`).ptr, b.y.ptr, b.m.ptr, E, lat, T);
+    this.mm(lw.t(`${p}.routed_expert_up_proj.weight`), b.y.ptr, b.m.ptr, E, lat, T);
     // m = routed + shared (shared computed above while the expert reads were in flight)
     k.k3_add(b.m.ptr, b.sh_d.ptr, T * E);
   }

@@ -5,12 +5,34 @@
 import type { DType } from "../checkpoint/types.ts";
 import type { Addr } from "./cmem.ts";
 
-/** A tensor in C memory: raw address, dtype and shape as in the checkpoint. */
+/** Weight formats: as released, or a compact trunk packed by `k3 pack` (int8 / int4 in groups of
+ *  32 columns with an f32 scale each: kernels/k3_matmul_q.c). */
+export type WeightDType = DType | "Q8" | "Q4";
+
+/** Rows [r0, r1) of a matrix in memory (Q8/Q4: with their scales). */
+export interface MatrixSlice {
+  r0: number;
+  r1: number;
+  ptr: Addr;
+  scales?: Addr;
+}
+
+/** A tensor in C memory: raw address, dtype and shape as in the checkpoint (or the pack file). */
 export interface TensorRef {
   ptr: Addr;
-  dtype: DType;
+  dtype: WeightDType;
   shape: number[];
   bytes: number;
+  /** Q8/Q4: the f32 group scales [rows][cols/32]. */
+  scales?: Addr;
+  /**
+   * Set when the provider streams this matrix in row slices (a matrix larger than one trunk piece,
+   * src/memory/pieces.ts): `ptr` is then unusable, and slice(i) brings slice i into memory (valid
+   * until the next matrix or slice is asked for). Every row is computed alone, so slices give the
+   * same bits as the whole matrix.
+   */
+  rowSlices?: { r0: number; r1: number }[];
+  slice?(i: number): MatrixSlice;
 }
 
 /** The six tensors of one routed expert (MXFP4: packed nibbles + E8M0 scales). */

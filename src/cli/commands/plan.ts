@@ -3,7 +3,7 @@
 // From a model folder the plan is the one Engine.open makes (the same context rule, default
 // threads and exact read-plan buffer sizes); from metadata the release's layout is assumed.
 import { formatRanges } from "../../format.ts";
-import { catalogueFromMetadata, contextFor, DEFAULT_CONTEXT, defaultPrefixCacheBytes, gib, openCheckpointCached, parseSize, planInputFromCensus, planMemory, PRESETS, resolveBudget, streamSlots, type MemoryPlan } from "../../inspect.ts";
+import { catalogueFromMetadata, contextFor, DEFAULT_CONTEXT, defaultPrefixCacheBytes, gib, openCheckpointCached, parseSize, planInputFromCensus, planMemory, PRESETS, resolveBudget, metadataSlots, streamSlots, type MemoryPlan } from "../../inspect.ts";
 import { defaultThreads, engineLimits } from "../../engine.ts";
 import { snakeKeys } from "../../report.ts";
 import { defineCommand } from "../command.ts";
@@ -19,17 +19,35 @@ function render(plan: MemoryPlan, budgetSource: string, model: string): string {
   for (const i of plan.items)
     lines.push(`  ${i.name.padEnd(w)}  ${gib(i.bytes).padStart(12)}  ${i.count === undefined ? "" : `×${i.count}  `}${i.note}`);
   lines.push(`  ${"total".padEnd(w)}  ${gib(plan.totalBytes).padStart(12)}  free ${gib(plan.freeBytes)}`, "");
-  lines.push(`pinned layers:   ${formatRanges(plan.pinnedLayers)}`);
-  lines.push(`streamed layers: ${formatRanges(plan.streamedLayers)}`);
+  lines.push(...renderPieces(plan));
   lines.push(`lm_head ${plan.head}; embedding rows ${plan.embed} from disk`);
   lines.push(
-    `ring: ${plan.ringSlots} slot(s) of ${gib(plan.ringSlotBytes)}${plan.ringSlots === 1 ? " — reader must not run ahead" : ""}`,
+    `ring: ${plan.ringSlots} slot(s) of ${gib(plan.ringSlotBytes)}${plan.ringSlots === 1 ? " — reader must not run ahead" : ""}; cores: ${plan.coreSlots} slot(s) of ${gib(plan.coreSlotBytes)}`,
   );
   lines.push(`expert slots: ${plan.expertSlots} of ${plan.expertCount} (working set ${plan.expertWorkingSet}/token)`);
   lines.push(
     `disk per decoded token: trunk ${gib(plan.streamedBytesPerToken)} + experts ≤ ${gib(plan.expertBytesPerTokenAllMiss)} (at 0% hits)`,
   );
   return `${lines.join("\n")}\n`;
+}
+
+/** The trunk's pieces: how each unit is cut and what of it is pinned (issue 16). */
+function renderPieces(plan: MemoryPlan): string[] {
+  const N = plan.pinnedLayers.length + plan.streamedLayers.length;
+  const matrices = plan.pieces.filter((p) => p.kind === "matrix");
+  const largest = Math.max(...matrices.map((p) => p.bytes));
+  const size = plan.pieceBytes === Infinity ? "whole units" : `≤ ${gib(plan.pieceBytes)} each`;
+  const count = (u: number, pinned?: boolean) => plan.pieces.filter((p) => p.unit === u && (pinned === undefined || p.pinned === pinned)).length;
+  const partly = plan.streamedLayers.filter((L) => count(L, true) > 0);
+  const none = plan.streamedLayers.filter((L) => count(L, true) === 0);
+  const partlyPieces = partly.reduce((a, L) => a + count(L, true), 0);
+  return [
+    `trunk pieces:    ${plan.pieces.length} (${plan.pieces.length - matrices.length} cores + ${matrices.length} matrix pieces, ${size}; largest ${gib(largest)}), ${plan.pinnedPieces.length} pinned`,
+    `pinned layers:   ${formatRanges(plan.pinnedLayers)}`,
+    `partly pinned:   ${formatRanges(partly)}${partly.length ? ` (${partlyPieces} of their ${partly.reduce((a, L) => a + count(L), 0)} pieces)` : ""}`,
+    `streamed layers: ${formatRanges(none)}`,
+    `head:            ${count(N, true)} of ${count(N)} pieces pinned`,
+  ];
 }
 
 export default defineCommand({
@@ -73,6 +91,7 @@ export default defineCommand({
       const cat = catalogueFromMetadata(source.config, source.index);
       cfg = cat.config;
       census = cat.census;
+      slots = metadataSlots(cfg);
       model = `${source.config} + ${source.index}`;
     }
     const context = contextFor(cfg, requestedContext);

@@ -35,7 +35,7 @@ export default defineCommand({
     const bytes = r.shards.reduce((a, s) => a + s.bytes, 0);
     process.stdout.write(`${r.shards.length} shards (${formatBytes(bytes)}), ${r.tensors} language-model tensors: sizes match their headers\n`);
     const c = r.recorded ?? r.checked;
-    const what = c && `${c.trunkUnits} trunk, ${c.experts} expert and ${c.embedRows} embedding-row checksums`;
+    const what = c && `${c.trunkBlocks} trunk-block, ${c.experts} expert and ${c.embedRows} embedding-row checksums`;
     if (r.recorded) process.stdout.write(`recorded ${what} in ${(r.recorded.ms / 1000).toFixed(1)} s → ${r.recorded.path}\n`);
     else if (r.checked) process.stdout.write(`checked ${what} against ${r.checked.path} in ${(r.checked.ms / 1000).toFixed(1)} s: all match\n`);
     else log.info("no checksums recorded: add --record to checksum everything a token can read (then `k3 verify` and `k3 run --verify` check against them)");
