@@ -5,6 +5,7 @@ import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from
 import { createHash } from "node:crypto";
 import { join, resolve } from "node:path";
 import type { ArmResult, ArmSpec } from "./stream.ts";
+import type { DiskResult } from "./disk.ts";
 
 export const ROOT = resolve(import.meta.dir, "..");
 const BUN = process.execPath;
@@ -104,4 +105,17 @@ export function freezeKernels(scratch: string): { source: string; sha256: string
   copyFileSync(source, lib);
   process.env.K3_KERNELS = lib;
   return { source, sha256: createHash("sha256").update(readFileSync(lib)).digest("hex") };
+}
+
+/** The disk's read bandwidth on the model's own shards (bench/disk.ts in a child process). */
+export async function runDisk(dir: string, quick: boolean): Promise<DiskResult | { error: string }> {
+  const p = Bun.spawn([BUN, join(ROOT, "bench/disk.ts"), dir, ...(quick ? ["--quick"] : [])], { stdout: "pipe", stderr: "inherit", cwd: ROOT, env: { ...process.env } });
+  const text = await new Response(p.stdout).text();
+  const code = await p.exited;
+  if (code !== 0) return { error: `disk bench exited ${code}` };
+  try {
+    return JSON.parse(text) as DiskResult;
+  } catch {
+    return { error: `disk bench printed no JSON: ${text.slice(0, 200)}` };
+  }
 }

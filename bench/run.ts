@@ -23,7 +23,7 @@ import type { ArmSpec } from "./stream.ts";
 import type { DiskResult } from "./disk.ts";
 import { machineInfo } from "./machine.ts";
 import { renderMarkdown, summarize, type BenchReport, type RunResult } from "./report.ts";
-import { freezeKernels, parseCommonArgs, ROOT, runArmChild, updateDocSection, writeReport, type CommonArgs } from "./common.ts";
+import { freezeKernels, parseCommonArgs, ROOT, runArmChild, runDisk, updateDocSection, writeReport, type CommonArgs } from "./common.ts";
 
 const BUN = process.execPath;
 
@@ -48,18 +48,6 @@ async function ensureModel(dir: string): Promise<void> {
   say(`${dir} has no model: generating the slice preset (13.9 GB, about 40–60 s)…`);
   const p = Bun.spawn([BUN, join(ROOT, "tools/gen/generate.ts"), "--preset", "slice", "--out", dir], { stdout: "inherit", stderr: "inherit", cwd: ROOT });
   if ((await p.exited) !== 0) throw new Error(`generating the slice model into ${dir} failed`);
-}
-
-async function runDisk(dir: string, quick: boolean): Promise<DiskResult | { error: string }> {
-  const p = Bun.spawn([BUN, join(ROOT, "bench/disk.ts"), dir, ...(quick ? ["--quick"] : [])], { stdout: "pipe", stderr: "inherit", cwd: ROOT, env: { ...process.env } });
-  const text = await new Response(p.stdout).text();
-  const code = await p.exited;
-  if (code !== 0) return { error: `disk bench exited ${code}` };
-  try {
-    return JSON.parse(text) as DiskResult;
-  } catch {
-    return { error: `disk bench printed no JSON: ${text.slice(0, 200)}` };
-  }
 }
 
 async function runChild(spec: ArmSpec, run: number, scratch: string): Promise<RunResult> {
@@ -103,11 +91,13 @@ function render(path: string, docs: boolean): never {
 }
 
 async function main() {
-  // `npm run bench -- --speculation`: the speculation arms (bench/speculate.ts), not these.
-  if (process.argv.includes("--speculation")) {
-    const p = Bun.spawn([BUN, join(ROOT, "bench/speculate.ts"), ...process.argv.slice(2)], { stdout: "inherit", stderr: "inherit", cwd: ROOT });
-    process.exit(await p.exited);
-  }
+  // `npm run bench -- --speculation`: the speculation arms (bench/speculate.ts), not these;
+  // `npm run bench -- --trunk`: the small-budget and compact-trunk arms (bench/trunk.ts).
+  for (const [flag, file] of [["--speculation", "bench/speculate.ts"], ["--trunk", "bench/trunk.ts"]])
+    if (process.argv.includes(flag)) {
+      const p = Bun.spawn([BUN, join(ROOT, file), ...process.argv.slice(2)], { stdout: "inherit", stderr: "inherit", cwd: ROOT });
+      process.exit(await p.exited);
+    }
   const args = parseArgs(process.argv.slice(2));
   if (args.render) render(args.render, args.docs);
   const started = new Date();

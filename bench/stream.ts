@@ -11,7 +11,7 @@
 // ties) and hashed so arms can be compared bit for bit.
 import { readFileSync, writeFileSync } from "node:fs";
 import { createHash } from "node:crypto";
-import { Engine, type EngineOptions, type WeightStats } from "../src/engine.ts";
+import { Engine, type EngineOptions, type TrunkFormat, type WeightStats } from "../src/engine.ts";
 import { loadKernels } from "../src/kernels.ts";
 import { makeDrafter, type DrafterChoice } from "./drafters.ts";
 
@@ -29,6 +29,10 @@ export interface ArmSpec {
    *  engine runs with speculation off, as before. */
   speculate?: "auto" | "off" | number;
   drafter?: DrafterChoice;
+  /** Compact-trunk arms (bench/trunk.ts): the trunk the engine reads (default the exact one). */
+  trunk?: TrunkFormat;
+  /** One matrix piece per unit: the trunk layout before issue 16 (bench/trunk.ts's "before"). */
+  wholeUnits?: boolean;
 }
 
 export interface PerToken {
@@ -58,6 +62,9 @@ export interface ArmResult {
     expertSlots: number;
     expertWorkingSet: number;
     streamedBytesPerToken: number;
+    pieces?: number;
+    pinnedPieces?: number;
+    ringSlotBytes?: number;
   };
   openMs?: number;
   prefillMs?: number;
@@ -103,7 +110,8 @@ export function runArm(spec: ArmSpec): ArmResult {
   const out: ArmResult = { spec, ok: false };
   let engine: Engine | undefined;
   try {
-    const opts: EngineOptions = { threads: spec.threads, prefetch: spec.prefetch, lookahead: spec.lookahead, speculate: spec.speculate ?? "off" };
+    const opts: EngineOptions = { threads: spec.threads, prefetch: spec.prefetch, lookahead: spec.lookahead, speculate: spec.speculate ?? "off", trunk: spec.trunk };
+    if (spec.wholeUnits) opts.trunkPieces = { pieceBytes: Infinity };
     if (spec.resident) opts.resident = true;
     else opts.ram = spec.ram;
     const t0 = performance.now();
@@ -122,6 +130,9 @@ export function runArm(spec: ArmSpec): ArmResult {
         expertSlots: p.expertSlots,
         expertWorkingSet: p.expertWorkingSet,
         streamedBytesPerToken: p.streamedBytesPerToken,
+        pieces: p.pieces.length,
+        pinnedPieces: p.pinnedPieces.length,
+        ringSlotBytes: p.ringSlotBytes,
       };
     const atOpen = engine.stats();
     out.openIo = { trunkBytes: atOpen.trunkBytesRead, expertBytes: atOpen.expertBytesRead, reads: atOpen.reads };

@@ -116,6 +116,11 @@ K3_API void k3_matmul_q4(const uint8_t* q, const float* scales, const float* X, 
  * K3_ERR_NONFINITE (nothing written) when a weight is NaN or ±inf. */
 K3_API int32_t k3_quantize_bf16(const uint16_t* W, int32_t rows, int32_t cols, int32_t bits,
                                 uint8_t* Q, float* scales);
+/* Quantisation error of Q/scales against the bf16 W they came from (reports only): out[0] +=
+ * Σ(w − q·s)², out[1] += Σw², out[2] = max(out[2], largest per-row Σ(w − q·s)²/Σw²); double,
+ * sequential. */
+K3_API void k3_quant_error(const uint16_t* W, int32_t rows, int32_t cols, int32_t bits,
+                           const uint8_t* Q, const float* scales, double* out);
 
 /* ---- elementwise and vector ops (single implementation, sequential order) ---- */
 K3_API void    k3_bf16_to_f32(const uint16_t* src, float* dst, int64_t n);

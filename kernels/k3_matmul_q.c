@@ -10,19 +10,21 @@
  * p[j] = q(c0+j)·x(c0+j) + q(c0+16+j)·x(c0+16+j) for lanes j = 0..15 (each product rounded to f32,
  * then the pair add), acc[j] += p[j]·s_g (product rounded, then the add); halving tree. q is an
  * integer, exact in f32. No FMA (-ffp-contract=off). Scalar, AVX2 (lanes 0–7 / 8–15 in two ymm)
- * and AVX-512 (one zmm) do the same operations in the same order: bit-identical.
+ * and AVX-512 (one zmm) do the same operations in the same order: bit-identical. The vector paths
+ * are compiled on x86-64 only; elsewhere (aarch64, NEON selected) the scalar order runs.
  * Threads split rows (one row per thread, any T gives the same bits), like the other matmuls.
  *
  * The quantisers are here too, so packing a 100 GB trunk runs at C speed on every core and
  * gives the same bytes on every machine: s = amax/127 (Q8) or amax/7 (Q4) in f32, q = the
  * nearest integer to w/s (ties to even), clamped; an all-zero group has s = 0 and q = 0. */
 #include "k3_internal.h"
+#if defined(__x86_64__)
 #include <immintrin.h>
-
 #define T512 __attribute__((target("avx512f,avx512bw")))
 #define TAVX2 __attribute__((target("avx2")))
 #define INLINE __attribute__((always_inline)) static inline
 #define UNROLL _Pragma("clang loop unroll(full)")
+#endif
 #define SMALL_WEIGHTS 65536 /* below this many weights a product runs on the calling thread */
 
 typedef struct {
@@ -67,7 +69,8 @@ static void q_rows_scalar(const q_job* j, int64_t r0, int64_t r1) {
     for (int32_t t = 0; t < j->T; t++) j->Y[(int64_t)t * j->rows + r] = q_row_scalar(j, r, t);
 }
 
-/* ---------------------------------------------------------------- AVX2 */
+#if defined(__x86_64__)
+/* ---------------------------------------------------------------- AVX2 (x86-64 builds only) */
 TAVX2 INLINE float tree_avx2(__m256 a, __m256 b) {
   __m256 s8 = _mm256_add_ps(a, b);
   __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
@@ -216,6 +219,7 @@ T512 static void q_rows_avx512(const q_job* j, int64_t r0, int64_t r1) {
   if (j->q4) q_rows_avx512_x(j, r0, r1, 1);
   else q_rows_avx512_x(j, r0, r1, 0);
 }
+#endif
 
 /* ---------------------------------------------------------------- dispatch */
 typedef struct { q_job j; void (*fn)(const q_job*, int64_t, int64_t); } q_task;
@@ -230,7 +234,13 @@ static void q_part(void* ctx, int32_t i, int32_t n) {
 static void q_run(q_job j) {
   if (j.rows <= 0 || j.T <= 0 || j.cols % 32 != 0) return; /* contract: cols multiple of 32 (k3.h) */
   int32_t isa = k3_isa_current();
+  /* Other ISAs (NEON) run the scalar order until they get a path of their own: same bits. */
+#if defined(__x86_64__)
   q_task t = { j, isa == K3_ISA_AVX512 ? q_rows_avx512 : isa == K3_ISA_AVX2 ? q_rows_avx2 : q_rows_scalar };
+#else
+  (void)isa;
+  q_task t = { j, q_rows_scalar };
+#endif
   k3_pool_run_if(q_part, &t, (int64_t)j.rows * j.cols < SMALL_WEIGHTS);
 }
 
@@ -287,4 +297,31 @@ K3_API int32_t k3_quantize_bf16(const uint16_t* W, int32_t rows, int32_t cols, i
   quant_job j = { W, Q, scales, rows, cols, bits == 4 };
   k3_pool_run_if(quant_part, &j, (int64_t)rows * cols < SMALL_WEIGHTS);
   return K3_OK;
+}
+
+/* How far a quantised matrix is from its bf16 source (for `k3 pack`'s report, not the model):
+ * out[0] += Σ (w − q·s)², out[1] += Σ w², out[2] = max(out[2], the largest row's Σ(w − q·s)² / Σ w²),
+ * in double, rows and columns in increasing order on the calling thread (one result anywhere). */
+K3_API void k3_quant_error(const uint16_t* W, int32_t rows, int32_t cols, int32_t bits, const uint8_t* Q, const float* scales, double* out) {
+  if (rows <= 0 || cols <= 0 || cols % 32 != 0 || (bits != 8 && bits != 4)) return;
+  const int32_t G = cols / 32;
+  for (int64_t r = 0; r < rows; r++) {
+    double e2 = 0, w2 = 0;
+    for (int32_t c = 0; c < cols; c++) {
+      int32_t g = c / 32, i = c % 32;
+      int q;
+      if (bits == 8) q = ((const int8_t*)Q)[r * cols + c];
+      else {
+        uint8_t b = Q[r * (cols / 2) + g * 16 + (i & 15)];
+        q = (i < 16 ? (b & 15) : (b >> 4)) - 8;
+      }
+      double w = k3_bf16(W[r * cols + c]);
+      double d = w - (double)q * (double)scales[r * G + g];
+      e2 += d * d;
+      w2 += w * w;
+    }
+    out[0] += e2;
+    out[1] += w2;
+    if (w2 > 0 && e2 / w2 > out[2]) out[2] = e2 / w2;
+  }
 }

@@ -261,6 +261,7 @@ function joinStats(a: GenerationStats, b: GenerationStats): GenerationStats {
       verifyPasses: a.speculation.verifyPasses + b.speculation.verifyPasses,
     },
     peakRssBytes: Math.max(a.peakRssBytes, b.peakRssBytes),
+    trunk: a.trunk,
   };
 }
 

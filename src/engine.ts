@@ -23,6 +23,7 @@ import type { PolicyName } from "./memory/policy/index.ts";
 import { gib, resolveBudget, usableRam } from "./memory/ram.ts";
 import { streamSlots } from "./memory/slots.ts";
 import type { PieceOptions } from "./memory/pieces.ts";
+import { loadPack, TRUNK_FORMATS, writePack, type PackResult, type TrunkFormat } from "./memory/pack.ts";
 import { StreamingWeights } from "./memory/stream.ts";
 import { loadChecksums, verifyCheckpoint, type VerifyResult } from "./memory/verify.ts";
 import { TraceWriter } from "./memory/trace-writer.ts";
@@ -36,6 +37,7 @@ export type { WeightStats } from "./model/weights.ts";
 export type { BatchStats, StepRecord } from "./batch/scheduler.ts";
 export type { PrefixCacheStats } from "./batch/prefix-cache.ts";
 export type { VerifyResult } from "./memory/verify.ts";
+export { TRUNK_FORMATS, type PackResult, type TrunkFormat } from "./memory/pack.ts";
 // The text layer is part of the public API: the CLI and the server use it through here.
 export { Tokenizer } from "./text/tokenizer.ts";
 export { CLOSE_THINK_OPEN_RESPONSE, renderChat, segmentsToIds, SERVED_DEFAULT_THINKING_EFFORT, VALID_THINKING_EFFORTS, type ChatInput, type ChatMessage, type Segment } from "./text/chat.ts";
@@ -89,6 +91,9 @@ export interface EngineOptions {
    *  (default 256 MiB; Infinity = one piece per unit, the layout before issue 16), row blocks of
    *  `blockBytes` (default 32 MiB; other values only for tests: `--verify` checks the default's). */
   trunkPieces?: PieceOptions;
+  /** Trunk weights: "bf16" (default: the release's, exact) or a compact trunk made by `k3 pack`
+   *  ("int8", "int4": lossy, docs/TRUNK.md). Experts and embedding rows are exact either way. */
+  trunk?: TrunkFormat;
   /** ISA override: "auto" or one of ISA_NAMES. */
   isa?: keyof typeof ISA;
   /**
@@ -172,6 +177,8 @@ export interface GenerationStats {
   /** Drafted / accepted tokens and verify passes (all 0 with speculation off). */
   speculation: SpeculationCounters;
   peakRssBytes: number;
+  /** Which trunk produced it: the release's (bf16, exact) or a packed one (lossy). */
+  trunk: TrunkFormat;
 }
 
 /** The most compute and I/O threads an engine accepts (the kernel library's pools). */
@@ -300,6 +307,10 @@ export class Engine {
     readonly plan: MemoryPlan | undefined,
     /** Speculation the engine was opened with (requests default to it). */
     readonly speculate: SpeculateSetting,
+    /** Which trunk the weights come from: the release's (bf16, exact) or a packed one. */
+    readonly trunk: TrunkFormat,
+    /** The packed trunk's file, when `trunk` is not bf16. */
+    readonly trunkFile: string | undefined,
   ) {}
 
   /** Compute threads this engine asked the (process-wide) pool for. */
@@ -361,13 +372,18 @@ export class Engine {
     let parallel = opts.parallel === "auto" ? DEFAULT_PARALLEL_CAP : (opts.parallel ?? 1);
     const ramOpt = opts.prefixCache?.ramBytes ?? (opts.prefixCache ? "auto" : 0);
     let prefixRam = typeof ramOpt === "number" ? ramOpt : parallel * sessionStateBytes(cfg, context);
+    const trunk = opts.trunk ?? "bf16";
+    if (!TRUNK_FORMATS.includes(trunk)) throw new K3Error("USAGE", `--trunk must be one of ${TRUNK_FORMATS.join(", ")}, got ${JSON.stringify(trunk)}`);
+    if (opts.resident && trunk !== "bf16") throw new K3Error("USAGE", "--resident reads the release's exact trunk; a packed trunk (--trunk) is read through the planner (give a budget that fits it all instead)");
+    const pack = trunk === "bf16" ? undefined : loadPack(checkpoint, trunk);
     if (opts.resident) {
       noAutoDrafts();
       weights = new ResidentWeights(k, cfg, checkpoint.tensors);
     } else {
       const budget = resolveBudget(opts.preset, opts.ram);
       if (!budget.source.startsWith("auto") && !opts.allowOverRam) refuseOverRam(budget);
-      const input = planInputFromCensus(cfg, checkpoint.layout.census, budget.bytes, context, threads.threads, chunk, streamSlots(checkpoint, opts.trunkPieces), drafts);
+      const pieces = { ...opts.trunkPieces, tensors: pack?.tensors };
+      const input = planInputFromCensus(cfg, checkpoint.layout.census, budget.bytes, context, threads.threads, chunk, streamSlots(checkpoint, pieces), drafts);
       if (opts.parallel === "auto") parallel = defaultParallel(input);
       input.parallel = parallel;
       noAutoDrafts();
@@ -380,6 +396,7 @@ export class Engine {
         ringSlots: plan.ringSlots,
         coreSlots: plan.coreSlots,
         pieces: opts.trunkPieces,
+        trunk: pack && { tensors: pack.tensors, files: [{ file: pack.path, bytes: pack.fileBytes }], blockCrc: pack.blockCrc },
         expertSlots: plan.expertSlots,
         prefetch: (opts.prefetch ?? true) && plan.readerMayRunAhead,
         direct: opts.direct ?? true,
@@ -398,7 +415,7 @@ export class Engine {
       throw err;
     }
     // The folder actually read (a Hugging Face repo folder resolves to its snapshot).
-    const engine = new Engine(checkpoint.dir, checkpoint, k, weights, model, context, threads, plan, speculate);
+    const engine = new Engine(checkpoint.dir, checkpoint, k, weights, model, context, threads, plan, speculate, trunk, pack?.path);
     engine.parallel = parallel;
     engine.batch = new BatchScheduler((parts) => engine.passOver(parts), model.rows, parallel, () => weights.stats());
     if (opts.prefixCache) {
@@ -839,13 +856,14 @@ export class Engine {
       },
       speculation: run.spec ? { ...run.spec.counters } : { draftedTokens: 0, acceptedTokens: 0, verifyPasses: 0 },
       peakRssBytes: peakRssBytes(),
+      trunk: this.trunk,
     };
   }
 
   /** Counters since open (bytes read, reads, hits, direct I/O), the compute threads (how many, of
    *  how many hardware threads, and the pool's limit: the default stops there), the I/O threads. */
-  stats(): WeightStats & ComputeThreads & { peakRssBytes: number; ioThreads: number } {
-    return { ...this.weights.stats(), peakRssBytes: peakRssBytes(), ...this.pool, ioThreads: this.weights.ioThreads ?? 0 };
+  stats(): WeightStats & ComputeThreads & { peakRssBytes: number; ioThreads: number; trunk: TrunkFormat } {
+    return { ...this.weights.stats(), peakRssBytes: peakRssBytes(), ...this.pool, ioThreads: this.weights.ioThreads ?? 0, trunk: this.trunk };
   }
 
   /** C memory held now: the forward pass's scratch and the weights (sessions report their own). */
@@ -897,4 +915,14 @@ function peakRssBytes(): number {
  */
 export function verifyModel(dir: string, opts: { record?: boolean; onProgress?: (done: number, total: number) => void } = {}): VerifyResult {
   return verifyCheckpoint(loadKernels(), openCheckpoint(dir), opts);
+}
+
+/**
+ * `k3 pack`: write a compact trunk for `dir` (int8 or int4 matrices in groups of 32, everything
+ * else copied exactly) next to the model, or in k3's cache folder when that folder cannot take it
+ * or is a Hugging Face download (src/memory/pack.ts). Opt-in: engines use it only with `trunk`.
+ */
+export function packTrunk(dir: string, format: Exclude<TrunkFormat, "bf16">, onProgress?: (doneBytes: number, totalBytes: number) => void): PackResult {
+  if (format !== "int8" && format !== "int4") throw new K3Error("USAGE", `--trunk must be int8 or int4 to pack, got ${JSON.stringify(format)}`);
+  return writePack(loadKernels(), openCheckpointCached(dir), format, onProgress);
 }

@@ -46,6 +46,7 @@ export const symbols = {
   k3_matmul_q8: { args: [ptr, ptr, ptr, ptr, i32, i32, i32], returns: v },
   k3_matmul_q4: { args: [ptr, ptr, ptr, ptr, i32, i32, i32], returns: v },
   k3_quantize_bf16: { args: [ptr, i32, i32, i32, ptr, ptr], returns: i32 }, // K3_OK / K3_ERR_ARG / K3_ERR_NONFINITE
+  k3_quant_error: { args: [ptr, i32, i32, i32, ptr, ptr, ptr], returns: v }, // (W, rows, cols, bits, Q, scales, double out[3])
 
   // elementwise
   k3_bf16_to_f32: { args: [ptr, ptr, i64], returns: v },

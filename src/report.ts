@@ -48,6 +48,7 @@ export function statsJson(s: GenerationStats) {
     accepted_tokens: s.speculation.acceptedTokens,
     verify_passes: s.speculation.verifyPasses,
     peak_rss_bytes: s.peakRssBytes,
+    trunk: s.trunk, // "bf16" (the release's, exact) or "int8" / "int4" (a packed trunk: lossy)
   };
 }
 
@@ -73,6 +74,7 @@ export function engineStatsJson(e: ReturnType<Engine["stats"]>) {
     hardware_threads: e.hardwareThreads,
     thread_limit: e.limit,
     io_threads: e.ioThreads,
+    trunk: e.trunk,
   };
 }
 
@@ -121,6 +123,7 @@ export function statsLine(s: GenerationStats, pool: ComputeThreads, finishReason
     s.io.verifyMs > 0 ? `verify ${(s.io.verifyMs / 1000).toFixed(2)} s` : "",
     `peak RSS ${formatBytes(s.peakRssBytes)}`,
     threadsWords(pool),
+    s.trunk === "bf16" ? "" : `${s.trunk} trunk (lossy)`,
     finishWords(finishReason),
   ]
     .filter(Boolean)

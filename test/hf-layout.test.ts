@@ -53,6 +53,19 @@ function k3(args: string[], home: string, env: Record<string, string> = userEnv(
 }
 
 describe("Hugging Face cache layout", () => {
+  test("k3 pack writes a download's compact trunk to k3's cache folder, never into the download", () => {
+    const home = scratchDir("hf-pack-home");
+    const repo = hfDownload("hf-pack");
+    const before = listing(repo);
+    const made = k3(["pack", repo, "--trunk", "int8"], home);
+    expect(made.err).not.toMatch(STACK_FRAME);
+    expect([made.code, made.out]).toEqual([0, expect.stringContaining(join(home, ".cache", "k3", "packs"))]);
+    const run = k3(["run", repo, ...IDS, "--trunk", "int8", "--json"], home);
+    expect([run.code, JSON.parse(run.out || "{}").stats?.trunk]).toEqual([0, "int8"]);
+    expect(listing(repo)).toEqual(before);
+  });
+
+
   test("the repo folder runs like the plain folder, and k3 writes nothing inside the download", () => {
     const home = scratchDir("hf-home");
     const repo = hfDownload("hf-run");

@@ -114,6 +114,26 @@ describe("compact trunk kernels", () => {
     }
   });
 
+  test("k3_quant_error (the pack's report): Σ(w − q·s)², Σw² and the worst row's ratio, as the reference decodes them", () => {
+    for (const bits of [8, 4] as const) {
+      const rows = 9, cols = 96;
+      const { W, Q, S } = packed(bits, rows, cols, 77);
+      const out = new Float64Array(3);
+      k.k3_quant_error(W, rows, cols, bits, Q, S, out);
+      const w = f64(bf16ToF32(W));
+      const dq = decodeQ(bits, Q, S, rows, cols);
+      let e2 = 0, w2 = 0, worst = 0;
+      for (let r = 0; r < rows; r++) {
+        let re = 0, rw = 0;
+        for (let c = 0; c < cols; c++) (re += (w[r * cols + c]! - dq[r * cols + c]!) ** 2), (rw += w[r * cols + c]! ** 2);
+        (e2 += re), (w2 += rw), (worst = Math.max(worst, re / rw));
+      }
+      expect(Math.abs(out[0]! - e2)).toBeLessThanOrEqual(1e-12 * w2);
+      expect(out[1]).toBeCloseTo(w2, 10);
+      expect(Math.abs(out[2]! - worst)).toBeLessThanOrEqual(1e-12);
+    }
+  });
+
   test("the quantiser refuses NaN / inf weights and sizes that are not whole groups", () => {
     const W = new Uint16Array(64).fill(0x3f80); // 1.0
     const Q = new Uint8Array(64);

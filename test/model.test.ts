@@ -7,22 +7,15 @@ setDefaultTimeout(120_000);
 import { Engine } from "../src/engine.ts";
 import { ISA, loadKernels } from "../src/kernels.ts";
 import { ALL_TRAPS, ReferenceModel } from "../tools/reference/model.ts";
+import { tolerance } from "./helpers/tolerance.ts";
 import { TINY_PRESETS, tinyModel } from "./helpers/models.ts";
 
 const PROMPT = [5, 17, 300, 42, 7, 99, 3, 250];
 const GEN = 16;
 
-/**
- * Tolerance for last-position logits (derivation in docs/NUMERICS.md, "Whole model"): the weights
- * are identical in both (bf16/MXFP4 decode exactly to f64), so the gap is f32 rounding alone.
- * Each dot product of n terms carries at most n·u relative error (u = 2^-24, no FMA, fixed
- * order); a layer chains ≤ 12 such ops, so after L layers the relative error is bounded by
- * 12·L·n_max·u, scaled by the largest logit.
- */
-function tolerance(cfg: { numLayers: number; hidden: number; kdaHeads: number; kdaHeadDim: number; denseInter: number; numSharedExperts: number; moeInter: number; numExperts: number }, maxLogit: number): number {
-  const nMax = Math.max(cfg.hidden, cfg.kdaHeads * cfg.kdaHeadDim, cfg.denseInter, cfg.numSharedExperts * cfg.moeInter, cfg.numExperts);
-  return 12 * cfg.numLayers * nMax * 2 ** -24 * Math.max(1, maxLogit);
-}
+// Tolerance for last-position logits (`tolerance`, derivation in docs/NUMERICS.md, "Whole
+// model"): the weights are identical in both (bf16/MXFP4 decode exactly to f64), so the gap is
+// f32 rounding alone: 12·L·n_max·u, scaled by the largest logit.
 
 function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
   expect(a.length).toBe(b.length);

@@ -4,7 +4,7 @@
 // error (exit 2) in milliseconds, never a failure after minutes of loading.
 import type { ArgsDef } from "citty";
 import { availableParallelism } from "node:os";
-import { ISA_NAMES, parseSpeculate, POLICY_NAMES, type EngineOptions } from "../engine.ts";
+import { ISA_NAMES, parseSpeculate, POLICY_NAMES, TRUNK_FORMATS, type EngineOptions } from "../engine.ts";
 import { PRESETS } from "../inspect.ts";
 import { K3Error } from "../errors.ts";
 import { log } from "../log.ts";
@@ -20,6 +20,7 @@ export const CHOICES: Record<string, readonly string[]> = {
   policy: POLICY_NAMES,
   preset: [...Object.keys(PRESETS), "auto"],
   effort: ["low", "high", "max", "none"],
+  trunk: TRUNK_FORMATS,
 };
 
 /** `-m DIR` (llama.cpp's spelling) as an option; the positional DIR works too. */
@@ -43,6 +44,7 @@ export const engineArgs = {
   trace: { type: "string", valueHint: "FILE", description: "write per-token expert routing (JSONL) to FILE" },
   "allow-over-ram": { type: "boolean", description: "open even when --ram / --preset is more than this machine's usable RAM (it may swap)" },
   speculate: { type: "string", valueHint: "MODE", description: "speculative decoding: auto (default) | off | N drafts per pass (same output; fewer passes over the weights where text repeats)" },
+  trunk: { type: "string", valueHint: "FORMAT", description: `trunk weights: ${TRUNK_FORMATS.join(" | ")} (default bf16, exact; int8/int4 are lossy, made by \`k3 pack\`)` },
 } satisfies ArgsDef;
 
 /** A positive integer flag; refused: 0, signs, decimals, exponents, hex, and anything above `max`. */
@@ -86,6 +88,7 @@ export interface EngineArgs {
   trace?: string;
   "allow-over-ram"?: boolean;
   speculate?: string;
+  trunk?: string;
 }
 
 /** Compute threads from --threads (Engine.open refuses more than the pool's limit); more than this
@@ -115,6 +118,7 @@ export function engineOptions(args: EngineArgs): EngineOptions {
     trace: args.trace,
     allowOverRam: args["allow-over-ram"] ?? false,
     speculate: parseSpeculate(args.speculate ?? "auto", "--speculate"),
+    trunk: oneOf(args.trunk, "--trunk", "trunk", "bf16") as EngineOptions["trunk"],
     onProgress: barProgress(),
   };
 }

@@ -12,6 +12,7 @@ export const COMMANDS: Record<string, Loader> = {
   info: lazy(() => import("./commands/info.ts")),
   plan: lazy(() => import("./commands/plan.ts")),
   verify: lazy(() => import("./commands/verify.ts")),
+  pack: lazy(() => import("./commands/pack.ts")),
   bench: lazy(() => import("./commands/bench.ts")),
   "simulate-cache": lazy(() => import("./commands/simulate-cache.ts")),
   tokenize: lazy(() => import("./commands/tokenize.ts")),

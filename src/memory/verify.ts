@@ -56,8 +56,9 @@ export interface Checksums {
   embedRows: Uint32Array;
 }
 
-/** What a checksum file is tied to, per shard: any change to these and the record is stale. */
-interface ShardStamp {
+/** What a checksum file (or a packed trunk) is tied to, per shard: any change to these and the
+ *  record is stale. */
+export interface ShardStamp {
   file: string; // name inside the model folder
   bytes: number;
   mtimeMs: number;
@@ -97,13 +98,13 @@ function candidatePaths(ckpt: Checkpoint): string[] {
   return ckpt.download ? [cachedPath(ckpt)] : [localPath(ckpt), cachedPath(ckpt)];
 }
 
-function stamps(ckpt: Checkpoint): ShardStamp[] {
+export function stamps(ckpt: Checkpoint): ShardStamp[] {
   // Whole milliseconds: tools that copy with times kept (cp -p, rsync -t) do not all keep nanoseconds.
   return ckpt.shards.map((s) => ({ file: basename(s.file), bytes: s.bytes, mtimeMs: Math.trunc(statSync(s.file).mtimeMs), headerHash: s.headerHash }));
 }
 
 /** Why a recorded stamp list does not describe the shards now, or null when it does. */
-function staleReason(recorded: unknown, now: ShardStamp[]): string | null {
+export function staleReason(recorded: unknown, now: ShardStamp[], when = "the checksums were recorded"): string | null {
   if (!Array.isArray(recorded)) return "it lists no shards";
   const byName = new Map<string, ShardStamp>(recorded.map((s: ShardStamp) => [s?.file, s]));
   for (const s of now) {
@@ -111,7 +112,7 @@ function staleReason(recorded: unknown, now: ShardStamp[]): string | null {
     if (!r) return `${s.file} was not recorded`;
     if (r.bytes !== s.bytes) return `${s.file} is ${s.bytes} bytes, recorded at ${r.bytes}`;
     if (r.headerHash !== s.headerHash) return `${s.file}'s header changed`;
-    if (r.mtimeMs !== s.mtimeMs) return `${s.file} was modified after the checksums were recorded`;
+    if (r.mtimeMs !== s.mtimeMs) return `${s.file} was modified after ${when}`;
   }
   if (byName.size !== now.length) return "the model has other shards now";
   return null;

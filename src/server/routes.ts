@@ -15,7 +15,8 @@ export interface Route {
   public?: boolean;
 }
 
-const modelJson = (ctx: ServerContext) => ({ id: ctx.names.id, object: "model", created: ctx.created, owned_by: "k3", max_model_len: ctx.engine.context });
+// `trunk`: which trunk weights answer ("bf16": the release's, exact; "int8"/"int4": packed, lossy).
+const modelJson = (ctx: ServerContext) => ({ id: ctx.names.id, object: "model", created: ctx.created, owned_by: "k3", max_model_len: ctx.engine.context, trunk: ctx.engine.trunk });
 
 export const ROUTES: Record<string, Route> = {
   "/health": {

@@ -41,7 +41,8 @@ export class ReferenceModel {
     readonly trap: TrapName | undefined,
   ) {}
 
-  static open(dir: string, opts: { trap?: TrapName } = {}): ReferenceModel {
+  /** `weights`: tensors (full names) to use instead of the checkpoint's (WeightCache.override). */
+  static open(dir: string, opts: { trap?: TrapName; weights?: Map<string, Float64Array> } = {}): ReferenceModel {
     if (opts.trap !== undefined && !(opts.trap in TRAP_DESCRIPTIONS)) throw new Error(`unknown trap ${opts.trap}`);
     const cfg = readConfig(dir);
     const st = SafetensorsDir.open(dir);
@@ -51,7 +52,9 @@ export class ReferenceModel {
         : opts.trap === "mxfp4-nan-not-zeroed"
           ? { nanNotZeroed: true }
           : undefined;
-    const model = new ReferenceModel(cfg, new WeightCache(st, mx), opts.trap);
+    const cache = new WeightCache(st, mx);
+    for (const [name, w] of opts.weights ?? []) cache.override(name, w);
+    const model = new ReferenceModel(cfg, cache, opts.trap);
     model.checkLayerKinds(new Set(st.names()));
     return model;
   }

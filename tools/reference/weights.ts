@@ -16,6 +16,15 @@ export class WeightCache {
   ) {}
 
   /**
+   * Use `values` for tensor `name` instead of what the checkpoint stores (row-major, its shape):
+   * the reference then runs the model those weights define — e.g. a compact trunk's matrices
+   * decoded exactly (quant.ts), to check an engine that reads them.
+   */
+  override(name: string, values: Float64Array): void {
+    this.cache.set(name, values);
+  }
+
+  /**
    * A BF16 or F32 tensor as float64, row-major in its stored shape.
    * `shape` is what MODEL.md §3 says; a numel-only check is used where the release's own
    * shape is not pinned (A_log: numel ≥ minNumel).

@@ -2,8 +2,9 @@
 // Prints the memory plan (docs/PLAN.md) from the config and tensor sizes alone: no weights read.
 // From a model folder the plan is the one Engine.open makes (the same context rule, default
 // threads and exact read-plan buffer sizes); from metadata the release's layout is assumed.
+import { K3Error } from "../../errors.ts";
 import { formatRanges } from "../../format.ts";
-import { catalogueFromMetadata, contextFor, DEFAULT_CONTEXT, defaultPrefixCacheBytes, gib, openCheckpointCached, parseSize, planInputFromCensus, planMemory, PRESETS, resolveBudget, metadataSlots, streamSlots, type MemoryPlan } from "../../inspect.ts";
+import { catalogueFromMetadata, contextFor, DEFAULT_CONTEXT, defaultPrefixCacheBytes, gib, openCheckpointCached, parseSize, planInputFromCensus, planMemory, PRESETS, resolveBudget, metadataTrunkSlots, trunkSlots, TRUNK_FORMATS, type TrunkFormat, type MemoryPlan } from "../../inspect.ts";
 import { defaultThreads, engineLimits } from "../../engine.ts";
 import { snakeKeys } from "../../report.ts";
 import { defineCommand } from "../command.ts";
@@ -63,6 +64,7 @@ export default defineCommand({
     threads: { type: "string", alias: ["t"], valueHint: "N", description: "compute threads (default: this machine's hardware threads, at most the pool's limit)" },
     parallel: { type: "string", valueHint: "N", description: "sessions held at once (k3 serve --parallel; default 1)" },
     "prefix-cache-ram": { type: "string", valueHint: "SIZE", description: "RAM for prefix-cache snapshots (default: k3 serve's share with --parallel, else 0)" },
+    trunk: { type: "string", default: "bf16", valueHint: "FORMAT", description: `trunk weights: ${TRUNK_FORMATS.join(" | ")} (int8/int4: a compact trunk from \`k3 pack\`, or what it would be)` },
     json: { type: "boolean", default: false, description: "print the plan as JSON" },
   },
   help: {
@@ -79,19 +81,25 @@ export default defineCommand({
     const threads = positiveInt(args.threads, "--threads", engineLimits().threads, " (the compute pool's limit)") ?? defaultThreads();
     const requestedContext = positiveInt(args.context, "--context");
     const parallel = positiveInt(args.parallel, "--parallel") ?? 1;
+    const trunk = args.trunk as TrunkFormat;
+    if (!TRUNK_FORMATS.includes(trunk)) throw new K3Error("USAGE", `--trunk must be ${TRUNK_FORMATS.join(", ")}; got "${args.trunk}"`);
     const source = folderOrMetadata(args, "plan");
     let cfg, census, slots, model: string;
+    let note = "";
     if ("dir" in source) {
       const ck = openCheckpointCached(source.dir);
       cfg = ck.config;
       census = ck.layout.census;
-      slots = streamSlots(ck); // the buffers the engine will allocate for this layout, exactly
+      // The buffers the engine will allocate for this layout and trunk, exactly.
+      const t = trunkSlots(ck, trunk);
+      slots = t.slots;
+      if (t.packed === false) note = ` (not packed yet: k3 pack ${ck.dir} --trunk ${trunk})`;
       model = ck.dir;
     } else {
       const cat = catalogueFromMetadata(source.config, source.index);
       cfg = cat.config;
       census = cat.census;
-      slots = metadataSlots(cfg);
+      slots = metadataTrunkSlots(cfg, trunk);
       model = `${source.config} + ${source.index}`;
     }
     const context = contextFor(cfg, requestedContext);
@@ -100,7 +108,7 @@ export default defineCommand({
     const ram = args["prefix-cache-ram"];
     input.prefixCacheBytes = ram !== undefined ? parseSize(ram) : args.parallel !== undefined ? defaultPrefixCacheBytes(input) : 0;
     const plan = planMemory(input);
-    if (args.json) process.stdout.write(`${JSON.stringify(snakeKeys({ model, budgetSource: budget.source, ...plan }), null, 2)}\n`);
-    else process.stdout.write(render(plan, budget.source, model));
+    if (args.json) process.stdout.write(`${JSON.stringify(snakeKeys({ model, budgetSource: budget.source, trunk, ...plan }), null, 2)}\n`);
+    else process.stdout.write(render(plan, budget.source, `${model}; trunk ${trunk}${note}`));
   },
 });
