@@ -11,14 +11,15 @@
 //   exact, whole units   the same budget with one piece per unit: the layout before the split
 //   int4                 the compact int4 trunk (k3 pack) at the same budget
 //   exact, resident      every weight in RAM, no planner: the speed the int4 arm is held to
-// Then the error table (bench/trunk-error.ts in a child): int8 and int4 against the exact engine,
-// teacher-forced over --positions positions.
+// Then the error tables (bench/trunk-error.ts in a child): int8 and int4 against the exact engine,
+// teacher-forced over --positions positions, on the slice and on the trained demo model.
 // The packs go into `<model>-packed/`, a folder of links to the model's files (the model folder
 // itself is never written to), made once.
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync } from "node:fs";
 import { basename, join } from "node:path";
 import { tmpdir } from "node:os";
 import { packTrunk, type TrunkFormat } from "../src/engine.ts";
+import { ensureDemoModel } from "../src/cli/demo.ts";
 import type { ArmResult, ArmSpec } from "./stream.ts";
 import type { DiskResult } from "./disk.ts";
 import { machineInfo, type MachineInfo } from "./machine.ts";
@@ -75,6 +76,8 @@ interface Report {
   disk: (DiskResult | { error: string; when: string })[];
   results: Result[];
   error?: ErrorReport | { error: string };
+  /** The same on the trained demo model (src/cli/demo.ts), copied to a scratch folder for its packs. */
+  demoError?: ErrorReport | { error: string };
 }
 
 /** `<model>-packed/`: links to every model file (not k3's own), plus the packs made from them. */
@@ -170,17 +173,20 @@ function renderMarkdown(rep: Report): string {
     "",
   );
   L.push("**Identity**: every exact run (pieces, whole units, resident) must give the same ids and bit-identical last logits; every int4 run the same as the other int4 runs.", "");
-  L.push("**Error of the compact trunk** (bench/trunk-error.ts):", "");
-  if (!rep.error) L.push("not measured.");
-  else if ("error" in rep.error) L.push(`FAILED: ${rep.error.error}`);
-  else L.push(renderErrorTable(rep.error));
+  L.push("**Error of the compact trunk** (bench/trunk-error.ts), on the slice (real widths, random weights) and on the trained demo model:", "");
+  for (const e of [rep.error, rep.demoError]) {
+    if (!e) L.push("not measured.");
+    else if ("error" in e) L.push(`FAILED: ${e.error}`);
+    else L.push(renderErrorTable(e));
+    L.push("");
+  }
   L.push("", `**Problems**: ${problems.length ? problems.join("; ") : "none"}.`, "");
   return L.join("\n");
 }
 
-async function measureError(packed: string, args: Args, scratch: string): Promise<ErrorReport | { error: string }> {
-  const out = join(scratch, "trunk-error.json");
-  const p = Bun.spawn([BUN, join(ROOT, "bench/trunk-error.ts"), "--model", packed, "--positions", String(args.positions), "--ram", "12G", "--json", out], { stdout: "ignore", stderr: "inherit", cwd: ROOT, env: { ...process.env } });
+async function measureError(model: string, args: Args, scratch: string, ram: string): Promise<ErrorReport | { error: string }> {
+  const out = join(scratch, `trunk-error-${basename(model)}.json`);
+  const p = Bun.spawn([BUN, join(ROOT, "bench/trunk-error.ts"), "--model", model, "--positions", String(args.positions), "--ram", ram, "--json", out], { stdout: "ignore", stderr: "inherit", cwd: ROOT, env: { ...process.env } });
   const code = await p.exited;
   if (code !== 0 || !existsSync(out)) return { error: `bench/trunk-error.ts exited ${code}` };
   return JSON.parse(readFileSync(out, "utf8")) as ErrorReport;
@@ -218,7 +224,12 @@ async function main() {
   }
   await measureDisk("after the last round");
   say(`error table: ${args.positions} positions, int8 and int4 against the exact engine…`);
-  const error = await measureError(packed, args, scratch);
+  const error = await measureError(packed, args, scratch, "12G");
+  say("error table on the trained demo model…");
+  const demoSrc = ensureDemoModel();
+  const demo = join(scratch, basename(demoSrc)); // a copy: its packs must not go into k3's cache of the demo
+  cpSync(demoSrc, demo, { recursive: true, preserveTimestamps: true });
+  const demoError = await measureError(demo, args, scratch, "2G");
   rmSync(scratch, { recursive: true, force: true });
   const report: Report = {
     command: `npm run bench -- --trunk${args.quick ? " --quick" : ""}`,
@@ -231,6 +242,7 @@ async function main() {
     disk,
     results,
     error,
+    demoError,
   };
   const md = renderMarkdown(report);
   writeReport("trunk", stamp, report, md, say);

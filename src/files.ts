@@ -7,7 +7,7 @@
 //
 // The open uses O_NONBLOCK so that opening a FIFO returns at once instead of waiting for a
 // writer; on a regular file the flag changes nothing.
-import { closeSync, constants, fstatSync, openSync, readSync, type Stats } from "node:fs";
+import { accessSync, closeSync, constants, fstatSync, openSync, readSync, type Stats } from "node:fs";
 import { K3Error, type ErrorCode } from "./errors.ts";
 
 function kind(st: Stats): string {
@@ -65,5 +65,16 @@ export function readRegularFile(path: string, what: string, code: ErrorCode): Bu
     throw new K3Error(code, `${path}: cannot read ${what}`, [(e as Error).message]);
   } finally {
     closeSync(fd);
+  }
+}
+
+/** Whether this process may create files in `dir` (a model folder k3 might write its own files
+ *  into; a read-only one sends them to k3's cache folder instead). */
+export function writableDir(dir: string): boolean {
+  try {
+    accessSync(dir, constants.W_OK);
+    return true;
+  } catch {
+    return false;
   }
 }

@@ -2,10 +2,10 @@
 // is read-only), so opening the release does not re-parse 96 shard headers and a 497k-entry
 // index every time. Invalidated when config.json, the index or any shard changes (size, mtime):
 // a stale cache would point reads at wrong offsets, so any doubt means a full re-read.
-import { accessSync, constants, existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { cachePath } from "../cache-dir.ts";
-import { readRegularFile } from "../files.ts";
+import { readRegularFile, writableDir } from "../files.ts";
 import { INDEX_FILE, openCheckpoint, type Checkpoint } from "./catalogue.ts";
 import { readConfig } from "./config.ts";
 import { computeLayout } from "./layout.ts";
@@ -29,15 +29,6 @@ function stamp(file: string): Stamp {
 function cacheLocations(root: string, download: boolean): string[] {
   const cached = join(cachePath("index"), `${Bun.hash(root).toString(16)}.json`);
   return download ? [cached] : [join(root, INDEX_CACHE_FILE), cached];
-}
-
-function writable(dir: string): boolean {
-  try {
-    accessSync(dir, constants.W_OK);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /** The stamps that must all match for a cached catalogue to be used. */
@@ -100,7 +91,7 @@ function save(ckpt: Checkpoint): string | null {
     const dir = join(path, "..");
     try {
       if (!existsSync(dir)) mkdirSync(dir, { recursive: true });
-      if (!writable(dir)) continue;
+      if (!writableDir(dir)) continue;
       const tmp = `${path}.${process.pid}.tmp`;
       try {
         writeFileSync(tmp, JSON.stringify(body));

@@ -16,13 +16,13 @@
 // folder, a Hugging Face download k3 must not write into) k3's cache folder ($XDG_CACHE_HOME/k3/
 // packs/). Written to a temp file and renamed: never a partial pack.
 import { closeSync, existsSync, fstatSync, openSync, readSync, renameSync, rmSync, writeSync } from "node:fs";
-import { accessSync, constants } from "node:fs";
 import { basename, join } from "node:path";
 import { toArrayBuffer } from "bun:ffi";
 import { cachePath, ensureCacheDir } from "../cache-dir.ts";
 import type { Checkpoint } from "../checkpoint/catalogue.ts";
 import type { ModelConfig } from "../checkpoint/types.ts";
 import { K3Error } from "../errors.ts";
+import { writableDir } from "../files.ts";
 import { K3_STATUS, loadKernels, type Kernels } from "../kernels.ts";
 import { CBuffers } from "../model/cmem.ts";
 import { HEAD_MATRICES, layerMatrices } from "../model/walk.ts";
@@ -118,15 +118,6 @@ const cachedPackPath = (ckpt: Checkpoint, format: TrunkFormat) => join(cachePath
 function candidatePaths(ckpt: Checkpoint, format: TrunkFormat): string[] {
   const cached = cachedPackPath(ckpt, format);
   return ckpt.download ? [cached] : [join(ckpt.dir, fileName(format)), cached];
-}
-
-function writableDir(dir: string): boolean {
-  try {
-    accessSync(dir, constants.W_OK);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 export interface PackResult {
