@@ -113,7 +113,7 @@ describe("k3 plan DIR prints the plan Engine.open follows", () => {
       const printed = JSON.parse(p.stdout.toString());
       const e = Engine.open(dir, { ram, context: 256, threads: 1 });
       try {
-        expect({ broken, plan: printed }).toEqual({ broken, plan: snakeKeys({ model: dir, budgetSource: `--ram ${ram}`, ...e.plan! }) });
+        expect({ broken, plan: printed }).toEqual({ broken, plan: snakeKeys({ model: dir, budgetSource: `--ram ${ram}`, trunk: e.trunk, ...e.plan! }) });
       } finally {
         e.close();
       }
