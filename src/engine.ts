@@ -347,7 +347,36 @@ export class Engine {
     return this.tok;
   }
 
+  /** Open a model: every check, the plan, then the pinned layers read (synchronously). */
   static open(dir: string, opts: EngineOptions = {}): Engine {
+    const steps = Engine.opening(dir, opts);
+    for (;;) {
+      const s = steps.next();
+      if (s.done) return s.value;
+    }
+  }
+
+  /**
+   * Engine.open that lets the event loop run between pinned trunk pieces (a layer's core or a
+   * piece of its matrices: at most a unit, 2.3 GB at real size), so a caller can draw progress
+   * and be interrupted: once `signal` aborts, loading stops after the piece landing now (reads still in flight are waited for, every buffer
+   * is freed) and the promise rejects with K3Error CANCELLED.
+   */
+  static async openAsync(dir: string, opts: EngineOptions & { signal?: AbortSignal } = {}): Promise<Engine> {
+    const steps = Engine.opening(dir, opts);
+    for (;;) {
+      if (opts.signal?.aborted) {
+        steps.return(undefined as never); // runs the opening's cleanup: reads drained, memory freed
+        throw new K3Error("CANCELLED", "interrupted while loading the model");
+      }
+      const s = steps.next();
+      if (s.done) return s.value;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+  }
+
+  /** Engine.open as steps: yields after each pinned trunk piece lands. */
+  private static *opening(dir: string, opts: EngineOptions): Generator<void, Engine> {
     const k = loadKernels();
     const isa = opts.isa ?? "auto";
     if (k.k3_isa_set(ISA[isa]) < 0) throw new K3Error("USAGE", `ISA path "${isa}" is not supported by this CPU`);
@@ -391,7 +420,7 @@ export class Engine {
       if (ramOpt === "auto") prefixRam = defaultPrefixCacheBytes(input);
       input.prefixCacheBytes = prefixRam;
       plan = planMemory(input);
-      weights = new StreamingWeights(k, checkpoint, {
+      const streaming = new StreamingWeights(k, checkpoint, {
         pinnedPieces: plan.pinnedPieces,
         ringSlots: plan.ringSlots,
         coreSlots: plan.coreSlots,
@@ -405,6 +434,14 @@ export class Engine {
         checksums: opts.verify ? loadChecksums(checkpoint) : undefined,
         onProgress: opts.onProgress && ((d, t) => opts.onProgress!("loading pinned layers", d, t, "bytes")),
       });
+      let loaded = false;
+      try {
+        yield* streaming.loadPinned();
+        loaded = true;
+      } finally {
+        if (!loaded) streaming.close(); // an error, or the caller stopped the opening
+      }
+      weights = streaming;
     }
     let model: Model;
     try {

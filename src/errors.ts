@@ -10,6 +10,7 @@ export type ErrorCode =
   | "VERIFY" // checksum mismatch (exit 4)
   | "TOKENIZER" // tokenizer missing or invalid (exit 2)
   | "SESSION" // saved session does not match / is corrupt (exit 4)
+  | "CANCELLED" // the user interrupted a long step (Ctrl-C while loading: exit 130, as for a signal)
   | "INTERNAL"; // a bug in k3 (exit 1)
 
 export class K3Error extends Error {
@@ -35,4 +36,5 @@ export const EXIT_CODES: Record<ErrorCode, number> = {
   SESSION: 4,
   BUDGET: 3,
   INTERNAL: 1,
+  CANCELLED: 130,
 };

@@ -15,6 +15,7 @@ import { Engine } from "../src/engine.ts";
 import { K3Error } from "../src/errors.ts";
 import { PRESETS, usableRam } from "../src/memory/ram.ts";
 import { engineStatsJson, threadsWords } from "../src/report.ts";
+import { liveCBytes } from "../src/model/cmem.ts";
 import { streamingBudget } from "./helpers/budgets.ts";
 import { scratchDir, tinyModel } from "./helpers/models.ts";
 
@@ -167,5 +168,99 @@ describe("close", () => {
     expect(gen.next().done).toBe(false);
     e.close();
     expect(() => gen.next()).toThrow("this engine was closed");
+  });
+});
+
+describe("an open that can be interrupted (Engine.openAsync; the CLI's Ctrl-C while loading)", () => {
+  const PROMPT = [5, 6, 7];
+  const greedy = (e: Engine) => [...e.generate(e.createSession(), PROMPT, { maxTokens: 4 })].map((t) => t.id);
+
+  test("without a signal it opens the same engine as open(): same plan, same ids", async () => {
+    const a = Engine.open(dir, { threads: 1, ram: "1G" }); // a fixed budget: "auto" follows free RAM
+    const b = await Engine.openAsync(dir, { threads: 1, ram: "1G" });
+    try {
+      expect(b.plan).toEqual(a.plan!);
+      expect(greedy(b)).toEqual(greedy(a));
+    } finally {
+      a.close();
+      b.close();
+    }
+  });
+
+  test("aborted while the pinned layers load: no piece lands after the abort, CANCELLED, nothing held; the next open works", async () => {
+    const ids = (() => {
+      const e = Engine.open(dir, { threads: 1 });
+      try {
+        expect(e.plan!.pinnedLayers.length).toBeGreaterThan(2); // several pieces to stop between
+        return greedy(e);
+      } finally {
+        e.close();
+      }
+    })();
+    const before = liveCBytes();
+    const stop = new AbortController();
+    const landed: number[] = [];
+    let total = 0;
+    let afterAbort = 0;
+    const err = await Engine.openAsync(dir, {
+      threads: 1,
+      signal: stop.signal,
+      onProgress: (label, done, all) => {
+        if (label !== "loading pinned layers" || done === 0) return;
+        total = all;
+        if (stop.signal.aborted) afterAbort++;
+        landed.push(done);
+        if (landed.length === 1) stop.abort(); // Ctrl-C as the first piece lands
+      },
+    }).then(
+      () => new Error("opened"),
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(K3Error);
+    expect((err as K3Error).code).toBe("CANCELLED");
+    expect({ landed: landed.length, afterAbort }).toEqual({ landed: 1, afterAbort: 0 });
+    expect(landed[0]!).toBeLessThan(total);
+    // Every buffer freed (reads still in flight were waited for first). A finalizer freeing a
+    // session another test dropped can only lower the figure.
+    expect(liveCBytes()).toBeLessThanOrEqual(before);
+    const again = Engine.open(dir, { threads: 1 });
+    try {
+      expect(greedy(again)).toEqual(ids);
+    } finally {
+      again.close();
+    }
+  });
+
+  test("the CLI's open: a real SIGINT while loading → CANCELLED, the bar erased, the handler removed", () => {
+    // In a child process: the signal goes to it, not to the test runner.
+    const script = join(scratchDir("sigint-open"), "open.ts");
+    writeFileSync(
+      script,
+      `import { openEngine } from ${JSON.stringify(join(import.meta.dir, "../src/cli/common.ts"))};
+import { barProgress } from ${JSON.stringify(join(import.meta.dir, "../src/cli/progress.ts"))};
+const out: string[] = [];
+const bar = barProgress({ stream: { isTTY: true, write: (s: string) => out.push(s) }, force: true })!;
+let sent = false;
+let afterSignal = 0;
+const listeners = process.listenerCount("SIGINT");
+try {
+  await openEngine(${JSON.stringify(dir)}, { threads: 1, onProgress: (label, done, total, unit) => {
+    bar(label, done, total, unit);
+    if (label !== "loading pinned layers" || done === 0) return;
+    if (sent) afterSignal++;
+    else { sent = true; process.kill(process.pid, "SIGINT"); }
+  } });
+  console.log(JSON.stringify({ opened: true }));
+} catch (e) {
+  console.log(JSON.stringify({ code: (e as { code?: string }).code, afterSignal, drawn: out.some((s) => s.includes("loading pinned layers [")), last: out.at(-1), listeners: process.listenerCount("SIGINT") - listeners }));
+}
+`,
+    );
+    const p = Bun.spawnSync([process.execPath, script], { stdin: "ignore", env: { ...process.env, NO_COLOR: "1" } });
+    expect(p.exitCode).toBe(0);
+    const r = JSON.parse(p.stdout.toString());
+    // The signal is handled on the event loop's next turn, which the load gives it after each piece.
+    expect(r).toEqual({ code: "CANCELLED", afterSignal: expect.any(Number), drawn: true, last: "\r\x1b[2K", listeners: 0 });
+    expect(r.afterSignal).toBeLessThanOrEqual(1);
   });
 });

@@ -4,11 +4,11 @@
 // error (exit 2) in milliseconds, never a failure after minutes of loading.
 import type { ArgsDef } from "citty";
 import { availableParallelism } from "node:os";
-import { ISA_NAMES, parseSpeculate, POLICY_NAMES, TRUNK_FORMATS, type EngineOptions } from "../engine.ts";
+import { Engine, ISA_NAMES, parseSpeculate, POLICY_NAMES, TRUNK_FORMATS, type EngineOptions } from "../engine.ts";
 import { PRESETS } from "../inspect.ts";
 import { K3Error } from "../errors.ts";
 import { log } from "../log.ts";
-import { barProgress } from "./progress.ts";
+import { barProgress, clearProgressLines } from "./progress.ts";
 
 /** Counts (--gen, --context, --chunk, …) above this are refused: no run gets near it, and a
  *  bigger number is a typo, not a request (JS numbers lose integers past 2^53). */
@@ -121,6 +121,25 @@ export function engineOptions(args: EngineArgs): EngineOptions {
     trunk: oneOf(args.trunk, "--trunk", "trunk", "bf16") as EngineOptions["trunk"],
     onProgress: barProgress(),
   };
+}
+
+/**
+ * Open the model for a command, loading with the event loop running between pinned trunk pieces,
+ * so Ctrl-C stops the load after the piece landing now (K3Error CANCELLED → exit 130) and the
+ * progress bar is erased, instead of the process dying with the bar left on the terminal.
+ */
+export async function openEngine(dir: string, opts: EngineOptions): Promise<Engine> {
+  const interrupt = new AbortController();
+  const onSigint = () => interrupt.abort();
+  process.on("SIGINT", onSigint);
+  try {
+    return await Engine.openAsync(dir, { ...opts, signal: interrupt.signal });
+  } catch (err) {
+    clearProgressLines();
+    throw err;
+  } finally {
+    process.off("SIGINT", onSigint);
+  }
 }
 
 /** The model folder: -m/--model, else the DIR operand, else $K3_MODEL (both given: refused). */

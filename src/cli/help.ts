@@ -35,12 +35,13 @@ export function exitCodeLines(): [string, string][] {
     SESSION: "a bad session file",
     BUDGET: "the RAM budget does not fit",
     INTERNAL: "an internal error (a bug in k3: please report it)",
+    CANCELLED: "interrupted (Ctrl-C) while loading or generating; what was printed stays",
   };
   const byCode = new Map<number, string[]>();
   for (const [code, status] of Object.entries(EXIT_CODES)) byCode.set(status, [...(byCode.get(status) ?? []), why[code as ErrorCode]]);
   const lines: [string, string][] = [["0", "success"]];
   for (const status of [...byCode.keys()].sort((a, b) => a - b)) lines.push([String(status), byCode.get(status)!.join("; ")]);
-  lines.push(["130", "interrupted (Ctrl-C); what was printed stays"], ["141", "stdout closed by its reader (`k3 run … | head`)"]);
+  lines.push(["141", "stdout closed by its reader (`k3 run … | head`)"]);
   return lines;
 }
 

@@ -34,6 +34,8 @@ function fail(err: unknown): never {
   // The reader of stdout closed the pipe: nobody wants more output. Stop quietly.
   if (code === "EPIPE") process.exit(EXIT_BROKEN_PIPE);
   clearProgressLines();
+  // Ctrl-C while loading: the user knows; no error line, the shell's status for an interrupt.
+  if (err instanceof K3Error && err.code === "CANCELLED") process.exit(EXIT_CODES.CANCELLED);
   if (err instanceof K3Error) {
     log.error(err.message);
     process.exit(EXIT_CODES[err.code]);

@@ -90,6 +90,12 @@ export class StreamingWeights implements WeightProvider {
     this.trunk = trunk;
   }
 
+  /** Read the pinned trunk pieces (StreamedTrunk.loadPinned): yields as each lands; must finish
+   *  before the first forward pass. The constructor allocates and reads none of them. */
+  *loadPinned(): Generator<void> {
+    yield* this.trunk.loadPinned();
+  }
+
   /** C memory this provider holds (pinned units, ring, expert slots, the row buffer). */
   get allocatedBytes(): number {
     return this.mem.totalBytes;

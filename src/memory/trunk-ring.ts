@@ -1,5 +1,6 @@
 // A ring of slots streaming trunk pieces (pieces.ts) in their walk order, cyclically every token.
-// Pinned pieces are read once at open. The rest go through the slots: while piece p computes,
+// Pinned pieces are read once at open, by loadPinned() (a generator that yields as each piece
+// lands, so an opener can let its event loop run and stop between pieces). The rest go through the slots: while piece p computes,
 // the next streamed pieces are read into the other slots (prefetch). With a single slot nothing
 // runs ahead — the reader would overwrite the piece in use (STREAMING.md §2). Never LRU for the
 // trunk: the walk is cyclic, LRU would hit 0%.
@@ -52,11 +53,13 @@ export class PieceRing {
   /** Payload bytes read (pinned at open, then every streamed piece each time it is read). */
   bytesRead = 0;
 
+  private readonly toPin: number[];
+
   constructor(
-    mem: CBuffers,
+    private mem: CBuffers,
     private reader: ShardReader,
     private opts: RingOptions,
-    onPinned?: (payloadBytes: number) => void,
+    private onPinned?: (payloadBytes: number) => void,
   ) {
     for (const p of opts.pieces) {
       this.unitOf.set(p.id, p.unit);
@@ -65,7 +68,7 @@ export class PieceRing {
         this.order.push(p.id);
       }
     }
-    this.loadPinned(mem, opts.pieces.filter((p) => opts.pinned.has(p.id)).map((p) => p.id), onPinned);
+    this.toPin = opts.pieces.filter((p) => opts.pinned.has(p.id)).map((p) => p.id);
     if (this.order.length > 0) {
       if (opts.slots < 1) throw new K3Error("BUDGET", "streaming the trunk needs at least one ring slot");
       const slotBytes = Math.max(...this.order.map((id) => this.plan(id).slotBytes));
@@ -79,29 +82,40 @@ export class PieceRing {
     return p;
   }
 
-  /** Read the pinned pieces in parallel on the I/O pool, a bounded number of reads in flight. */
-  private loadPinned(mem: CBuffers, ids: number[], onPinned?: (payloadBytes: number) => void): void {
+  /**
+   * Read the pinned pieces in parallel on the I/O pool, a bounded number of reads in flight,
+   * yielding after each piece lands (and passed its check). Must run to its end before the first
+   * acquire. Abandoned early (an error, or the opener's return()), it waits for every read still
+   * in flight: a buffer an I/O thread writes into is never freed.
+   */
+  *loadPinned(): Generator<void> {
     const inflight: { id: number; buf: CBuf; read: InFlight }[] = [];
+    const readsInFlight = () => inflight.reduce((n, x) => n + x.read.tickets.length, 0);
     const land = () => {
       const { id, buf, read } = inflight.shift()!;
       this.reader.finish(read);
       this.opts.check?.(id, read.plan, buf.ptr);
       this.pinnedBufs.set(id, buf);
-      onPinned?.(read.plan.payloadBytes);
+      this.onPinned?.(read.plan.payloadBytes);
     };
     try {
-      for (const id of ids) {
+      for (const id of this.toPin) {
         const plan = this.plan(id);
-        const buf = mem.alloc(plan.slotBytes, `pinned piece ${id}`, ALIGN);
-        while (inflight.length > 0 && inflight.reduce((n, x) => n + x.read.tickets.length, 0) + plan.reads.length > PINNED_READS_IN_FLIGHT) land();
+        const buf = this.mem.alloc(plan.slotBytes, `pinned piece ${id}`, ALIGN);
+        while (inflight.length > 0 && readsInFlight() + plan.reads.length > PINNED_READS_IN_FLIGHT) {
+          land();
+          yield;
+        }
         inflight.push({ id, buf, read: this.reader.start(plan, buf.ptr, this.opts.describe(id)) });
         this.bytesRead += plan.payloadBytes;
       }
-      while (inflight.length > 0) land();
-    } catch (err) {
+      while (inflight.length > 0) {
+        land();
+        yield;
+      }
+    } finally {
       // Never free a buffer an I/O thread is still writing into.
       for (const x of inflight) this.reader.drain(x.read);
-      throw err;
     }
   }
 

@@ -55,7 +55,7 @@ export class StreamedTrunk {
     const describe = (id: number) => describePiece(layout, id, numLayers);
     const totalBytes = layout.pieces.reduce((n, p) => n + (pinned.has(p.id) ? this.plans[p.id]!.payloadBytes : 0), 0);
     let landedBytes = 0;
-    opts.onProgress?.(0, totalBytes);
+    this.startProgress = () => opts.onProgress?.(0, totalBytes);
     const progress = (bytes: number) => opts.onProgress?.((landedBytes += bytes), totalBytes);
     const ring = (kind: "core" | "matrix", slots: number) =>
       new PieceRing(mem, reader, { pieces: layout.pieces.filter((p) => p.kind === kind), plans, pinned, slots, prefetch: opts.prefetch, headUnit: numLayers, describe, check: opts.check }, progress);
@@ -66,6 +66,16 @@ export class StreamedTrunk {
       this.cores.close();
       throw err;
     }
+  }
+
+  private startProgress: () => void;
+
+  /** Read the pinned pieces (cores, then matrices): yields as each lands; must finish before the
+   *  first acquire. The constructor allocates the rings and reads nothing. */
+  *loadPinned(): Generator<void> {
+    this.startProgress();
+    yield* this.cores.loadPinned();
+    yield* this.matrices.loadPinned();
   }
 
   get bytesRead(): number {

@@ -7,12 +7,12 @@
 // conversation gives the same reply; --temperature 0 is greedy. Reasoning has a budget (default
 // half of --gen) so a reply always has room for its answer. docs/CLI.md has the reasons.
 import { streamChat, type ChatOptions, type ChatResult } from "../../conversation.ts";
-import { Engine, type ChatMessage } from "../../engine.ts";
+import type { ChatMessage, Engine } from "../../engine.ts";
 import { log } from "../../log.ts";
 import { statsJson, statsLine } from "../../report.ts";
 import { stylesFor } from "../../term.ts";
 import { defineCommand } from "../command.ts";
-import { engineArgs, engineOptions, modelOption, pickModel, positiveInt, readStdin } from "../common.ts";
+import { engineArgs, engineOptions, modelOption, openEngine, pickModel, positiveInt, readStdin } from "../common.ts";
 import { modelDirOrDemo } from "../demo.ts";
 import { prefillProgress } from "../progress.ts";
 import { repl, type SessionFiles } from "../repl.ts";
@@ -71,7 +71,7 @@ export default defineCommand({
     const start: ChatMessage[] = args.system ? [{ role: "system", content: args.system }] : [];
 
     const files = { load: args["load-session"], save: args["save-session"] };
-    const engine = Engine.open(await modelDirOrDemo(pickModel(args.dir, args.model)), engineOpts);
+    const engine = await openEngine(await modelDirOrDemo(pickModel(args.dir, args.model)), engineOpts);
     try {
       if (piped) await replyOnce(engine, [...start, ...piped], opts, args.json ?? false, files);
       else await repl(engine, start, opts, files);

@@ -6,12 +6,12 @@
 import { accessSync, constants, readFileSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { streamCompletion, type CompletionResult } from "../../conversation.ts";
-import { Engine } from "../../engine.ts";
+import type { Engine } from "../../engine.ts";
 import { K3Error } from "../../errors.ts";
 import { log } from "../../log.ts";
 import { statsJson, statsLine, timingsJson } from "../../report.ts";
 import { defineCommand } from "../command.ts";
-import { engineArgs, engineOptions, modelOption, pickModel, positiveInt, readStdin } from "../common.ts";
+import { engineArgs, engineOptions, modelOption, openEngine, pickModel, positiveInt, readStdin } from "../common.ts";
 import { modelDirOrDemo } from "../demo.ts";
 import { parseIds } from "../ids.ts";
 import { prefillProgress } from "../progress.ts";
@@ -83,7 +83,7 @@ export default defineCommand({
     if (args["save-session"]) checkWritableFile(args["save-session"], "--save-session");
 
     const dir = await modelDirOrDemo(pickModel(stdinPrompt ? undefined : dirOperand, args.model));
-    const engine = Engine.open(dir, opts);
+    const engine = await openEngine(dir, opts);
     try {
       if (sampling.stop?.length && !engine.tokenizerDir) throw new K3Error("TOKENIZER", `--stop needs a tokenizer to match text, and ${dir} has none`);
       // Ids out for an id prompt and for a model without a tokenizer (its text cannot be decoded).

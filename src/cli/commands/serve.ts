@@ -1,5 +1,4 @@
 // `k3 serve`: an OpenAI-compatible HTTP server (docs/SERVER.md). Runs until SIGINT / SIGTERM.
-import { Engine } from "../../engine.ts";
 import { K3Error } from "../../errors.ts";
 import { log } from "../../log.ts";
 import { checkOrigins } from "../../server/cors.ts";
@@ -7,7 +6,7 @@ import { startServer } from "../../server/server.ts";
 import { parseSize } from "../../inspect.ts";
 import { repeatedValues } from "../args.ts";
 import { defineCommand } from "../command.ts";
-import { engineArgs, engineOptions, modelOption, positiveInt, resolveModelDir } from "../common.ts";
+import { engineArgs, engineOptions, modelOption, openEngine, positiveInt, resolveModelDir } from "../common.ts";
 
 export default defineCommand({
   meta: { name: "serve", description: "Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions)" },
@@ -54,7 +53,7 @@ export default defineCommand({
       dir: args["prefix-cache-dir"],
       diskBytes: parseSize(args["prefix-cache-disk"] ?? "16G"),
     };
-    const engine = Engine.open(dir, { ...engineOpts, parallel, prefixCache });
+    const engine = await openEngine(dir, { ...engineOpts, parallel, prefixCache });
     // The folder's name, or a Hugging Face download's repo id ("moonshotai/Kimi-K3").
     const modelName = args["model-name"] ?? engine.name;
     if (!engine.tokenizerDir) log.warn(`${dir} has no tokenizer: only /v1/completions with token-id prompts will work`);
