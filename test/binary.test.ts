@@ -127,19 +127,22 @@ describe("compiled k3", () => {
 
 describe("compiled k3: the inspection and maintenance commands", () => {
   const REF = resolve(ROOT, "reference");
-  const meta = ["--config", join(REF, "k3/config.json"), "--index", join(REF, "k3/model.safetensors.index.json.gz")];
 
-  test("info and plan on the real release metadata (no shards)", () => {
-    const info = k3(["info", ...meta, "--json"]);
+  // The release metadata's figures are checked through the CLI in checkpoint-release.test.ts and
+  // plan.test.ts, and the README's info/plan lines through this binary in docs-examples.test.ts
+  // (each parse of the 497k-name index costs ~1.8 s of CPU): here a generated model is enough.
+  test("info and plan on a generated model", async () => {
+    const { tinyModel } = await import("./helpers/models.ts");
+    const dir = await tinyModel("tiny-a");
+    const info = k3(["info", dir, "--json"]);
     expect(info.code).toBe(0);
     const j = JSON.parse(info.out);
-    expect(JSON.stringify(j)).toContain("108811877376"); // trunk bytes
-    expect(JSON.stringify(j)).toContain("17547264"); // one expert
-    const plan = k3(["plan", ...meta, "--preset", "laptop", "--json"]);
+    expect(j.architecture.layers).toBe(8);
+    expect(j.layout.contiguous_layers).toBe(8);
+    const plan = k3(["plan", "-m", dir, "--ram", "1G", "--json"]);
     expect(plan.code).toBe(0);
-    const p = JSON.parse(plan.out);
-    expect(p.total_bytes).toBeLessThanOrEqual(8 * 2 ** 30);
-    const below = k3(["plan", ...meta, "--ram", "1G"]);
+    expect(JSON.parse(plan.out).total_bytes).toBeLessThanOrEqual(2 ** 30);
+    const below = k3(["plan", dir, "--ram", "1M"]);
     expect(below.code).toBe(3); // budget below the floor
     expect(below.err).toContain("floor");
   });
