@@ -1,5 +1,6 @@
 // Shared by test/server*.test.ts: one tiny engine per test file, servers on random loopback ports,
 // the engine's own greedy output for cross-checks, and a small SSE reader.
+import { afterAll, beforeAll } from "bun:test";
 import { connect } from "node:net";
 import { Engine, parseAssistantOutput, renderChat, segmentsToIds, type AssistantOutput, type ChatMessage, type Session } from "../src/engine.ts";
 import { startServer, type K3Server, type ServerOptions } from "../src/server/server.ts";
@@ -28,6 +29,22 @@ export function watchSessions(engine: Engine): { sessions: Session[]; stop(): vo
 
 export function serve(engine: Engine, opts: Partial<ServerOptions> = {}): K3Server {
   return startServer(engine, { modelName: "tiny-a", port: 0, ...opts });
+}
+
+/** A tiny engine and a server on it for the tests of the enclosing describe block (opened before
+ *  its first test, closed after its last). */
+export function tinyServerFixture(): { engine: () => Engine; server: () => K3Server } {
+  let engine: Engine;
+  let server: K3Server;
+  beforeAll(async () => {
+    engine = await openTinyEngine();
+    server = serve(engine);
+  });
+  afterAll(async () => {
+    await server.stop();
+    engine.close();
+  });
+  return { engine: () => engine, server: () => server };
 }
 
 /** What the engine itself generates greedily for `prompt` in a fresh session, decoded the way

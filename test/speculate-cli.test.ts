@@ -1,10 +1,8 @@
 // `--speculate` as a user reaches it: `k3 run` (spawned from source) and the server's per-request
 // `speculate` field. Output is identical with speculation on and off; bad values are usage errors.
-import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
-import type { Engine } from "../src/engine.ts";
-import type { K3Server } from "../src/server/server.ts";
+import { beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { tinyModel } from "./helpers/models.ts";
-import { openTinyEngine, post, serve } from "./server.helpers.ts";
+import { post, tinyServerFixture } from "./server.helpers.ts";
 
 // Spawning the CLI takes seconds on a busy 2-core machine: bun's 5 s default is too tight.
 setDefaultTimeout(120_000);
@@ -51,17 +49,8 @@ describe("k3 run --speculate", () => {
 });
 
 describe("server: per-request speculate", () => {
-  let engine: Engine;
-  let server: K3Server;
-  beforeAll(async () => {
-    engine = await openTinyEngine();
-    server = serve(engine);
-  });
-  afterAll(async () => {
-    await server.stop();
-    engine.close();
-  });
-  const complete = (extra: Record<string, unknown>) => post(`${server.url}/v1/completions`, { prompt: [5, 17, 300, 42], max_tokens: 6, ...extra });
+  const fx = tinyServerFixture();
+  const complete = (extra: Record<string, unknown>) => post(`${fx.server().url}/v1/completions`, { prompt: [5, 17, 300, 42], max_tokens: 6, ...extra });
 
   test('"off", "auto" and a number within the server\'s room: the same ids, k3 stats carry the counters', async () => {
     const ids: unknown[] = [];
