@@ -216,21 +216,7 @@ export function parseConfig(json: unknown, source: string): ModelConfig {
   const kdaList = r.intList(la, "kda_layers", `${L}kda_layers`);
   const mlaList = r.intList(la, "full_attn_layers", `${L}full_attn_layers`);
 
-  // Expert weights are MXFP4 in groups of 32 (the shapes below divide by it).
-  const q = r.object(tc, "quantization_config", `${T}quantization_config`);
-  r.exactly(q, "format", `${T}quantization_config.format`, "mxfp4-pack-quantized", "experts are read as MXFP4");
-  const groups = r.object(q, "config_groups", `${T}quantization_config.config_groups`);
-  if (groups !== undefined) {
-    const names = Object.keys(groups);
-    if (names.length === 0) r.problem(`${T}quantization_config.config_groups`, "expected at least one group");
-    for (const g of names) {
-      const P = `${T}quantization_config.config_groups.${g}`;
-      const group = r.object(groups, g, P); // a null or non-object group is a problem, not a crash
-      const w = r.object(group, "weights", `${P}.weights`);
-      r.exactly(w, "num_bits", `${P}.weights.num_bits`, 4, "MXFP4");
-      r.exactly(w, "group_size", `${P}.weights.group_size`, MXFP4_GROUP, "one E8M0 scale per 32 weights");
-    }
-  }
+  checkQuantization(r, tc, T);
 
   // Cross-field checks, only between fields that were themselves valid.
   if (topK > numExperts) r.problem(`${T}num_experts_per_token`, `top-k ${topK} exceeds num_experts ${numExperts}`);
@@ -255,6 +241,23 @@ export function parseConfig(json: unknown, source: string): ModelConfig {
     mlaHeads, qLoraRank, kvLoraRank, qkNope, qkRope, vHead, mlaUseNope, mlaOutputGate,
     kdaHeads, kdaHeadDim, convKernel, gateLowerBound, kdaFullRankGate,
   };
+}
+
+/** Expert weights are MXFP4 in groups of 32 (the expert shapes divide by it): the config must say so. */
+function checkQuantization(r: FieldReader, tc: Json | undefined, T: string): void {
+  const q = r.object(tc, "quantization_config", `${T}quantization_config`);
+  r.exactly(q, "format", `${T}quantization_config.format`, "mxfp4-pack-quantized", "experts are read as MXFP4");
+  const groups = r.object(q, "config_groups", `${T}quantization_config.config_groups`);
+  if (groups === undefined) return;
+  const names = Object.keys(groups);
+  if (names.length === 0) r.problem(`${T}quantization_config.config_groups`, "expected at least one group");
+  for (const g of names) {
+    const P = `${T}quantization_config.config_groups.${g}`;
+    const group = r.object(groups, g, P); // a null or non-object group is a problem, not a crash
+    const w = r.object(group, "weights", `${P}.weights`);
+    r.exactly(w, "num_bits", `${P}.weights.num_bits`, 4, "MXFP4");
+    r.exactly(w, "group_size", `${P}.weights.group_size`, MXFP4_GROUP, "one E8M0 scale per 32 weights");
+  }
 }
 
 /**
