@@ -201,3 +201,23 @@ describe("every dimension is bounded, named by its JSON path (issue 9 item 6)", 
     expect(problemsOf((j) => (j.text_config.moe_renormalize = false))).toEqual([expect.stringContaining("text_config.moe_renormalize: false is not supported (expected true: the router always renormalises")]);
   });
 });
+
+describe("a config past what the kernels implement (issue 17 item 3)", () => {
+  test("is refused by name before any work: experts, AttnRes sources, MXFP4 groups, conv width", async () => {
+    const { checkKernelLimits } = await import("../src/model/forward.ts");
+    const { kernelLimits, loadKernels } = await import("../src/kernels.ts");
+    const k = loadKernels();
+    const lim = kernelLimits(k);
+    const ok = parseConfig(tinyConfigJson(), "tiny.json");
+    expect(() => checkKernelLimits(k, ok)).not.toThrow();
+    const past = { ...ok, numExperts: lim.routerExperts + 1, numLayers: lim.attnResSources, attnResBlock: 1, latent: 48, convKernel: lim.kdaConvWidth - 1 };
+    const err = catchK3(() => checkKernelLimits(k, past));
+    expect(err.code).toBe("CONFIG");
+    expect(err.problems).toEqual([
+      `num_experts ${lim.routerExperts + 1} > ${lim.routerExperts} (k3_router_topk's limit)`,
+      `${lim.attnResSources + 1} AttnRes sources > ${lim.attnResSources} (k3_attnres_mix's limit)`,
+      `routed_expert_hidden_size 48 and moe_intermediate_size ${ok.moeInter} must be multiples of ${lim.mxfp4Group} (MXFP4 groups)`,
+      `short_conv_kernel_size ${lim.kdaConvWidth - 1}: the KDA conv kernel is width ${lim.kdaConvWidth}`,
+    ]);
+  });
+});
