@@ -381,7 +381,10 @@ export class Engine {
     const isa = opts.isa ?? "auto";
     if (k.k3_isa_set(ISA[isa]) < 0) throw new K3Error("USAGE", `ISA path "${isa}" is not supported by this CPU`);
     const threads = computeThreads(k, opts.threads);
-    const checkpoint = openCheckpointCached(dir, opts.onProgress && ((d, t) => opts.onProgress!("indexing shards", d, t)));
+    const indexing = opts.onProgress && ((d: number, t: number) => opts.onProgress!("indexing shards", d, t));
+    // --verify trusts nothing cached: the headers are read again, so a shard whose header changed
+    // with its size and mtime kept is seen (its recorded checksums are then refused as stale).
+    const checkpoint = opts.verify ? openCheckpoint(dir, indexing) : openCheckpointCached(dir, indexing);
     const cfg = checkpoint.config;
     checkKernelLimits(k, cfg);
     const context = contextFor(cfg, opts.context);
