@@ -53,7 +53,7 @@ beforeAll(async () => {
 
 describe(`linux-arm64 under qemu-aarch64${SKIP}`, () => {
   test.skipIf(!!MISSING)(`kernel bit tests pass on arm64, NEON path included${SKIP}`, () => {
-    const files = ["kernels-matmul-bits", "kernels-libm-bits", "kernels-determinism", "crc"].map((f) => `test/${f}.test.ts`);
+    const files = ["kernels-matmul-bits", "kernels-libm-bits", "kernels-determinism", "kernels-q", "crc"].map((f) => `test/${f}.test.ts`);
     const r = arm64(["test", ...files], { asBun: true });
     expect({ code: r.code, tail: r.err.slice(-1500) }).toEqual({ code: 0, tail: expect.any(String) });
     // The NEON path really ran (ISA 3), and against the pinned golden hashes.
