@@ -9,15 +9,20 @@
  * Order (all paths, the MXFP4 order of k3.h with integer weights): per group g in increasing g,
  * p[j] = q(c0+j)·x(c0+j) + q(c0+16+j)·x(c0+16+j) for lanes j = 0..15 (each product rounded to f32,
  * then the pair add), acc[j] += p[j]·s_g (product rounded, then the add); halving tree. q is an
- * integer, exact in f32. No FMA (-ffp-contract=off). Scalar, AVX2 (lanes 0–7 / 8–15 in two ymm)
- * and AVX-512 (one zmm) do the same operations in the same order: bit-identical. The vector paths
- * are compiled on x86-64 only; elsewhere (aarch64, NEON selected) the scalar order runs.
+ * integer, exact in f32. No FMA (-ffp-contract=off). Scalar, AVX2 (lanes 0–7 / 8–15 in two ymm),
+ * AVX-512 (one zmm) and NEON (four float32x4, aarch64 builds) do the same operations in the same
+ * order: bit-identical. Each vector path is compiled on its architecture only.
  * Threads split rows (one row per thread, any T gives the same bits), like the other matmuls.
  *
  * The quantisers are here too, so packing a 100 GB trunk runs at C speed on every core and
  * gives the same bytes on every machine: s = amax/127 (Q8) or amax/7 (Q4) in f32, q = the
  * nearest integer to w/s (ties to even), clamped; an all-zero group has s = 0 and q = 0. */
 #include "k3_internal.h"
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#define INLINE __attribute__((always_inline)) static inline
+#define UNROLL _Pragma("clang loop unroll(full)")
+#endif
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define T512 __attribute__((target("avx512f,avx512bw")))
@@ -221,6 +226,74 @@ T512 static void q_rows_avx512(const q_job* j, int64_t r0, int64_t r1) {
 }
 #endif
 
+#if defined(__aarch64__)
+/* ---------------------------------------------------------------- NEON (aarch64 builds only) */
+/* Lanes 0–15 in four float32x4 (q holds lanes 4q..4q+3), products vmulq then vaddq (never fused;
+ * -ffp-contract=off), the k3_tree16 halving tree: the scalar order, bit for bit. */
+INLINE float q_tree_neon(const float32x4_t a[4]) {
+  float32x4_t s8lo = vaddq_f32(a[0], a[2]), s8hi = vaddq_f32(a[1], a[3]);
+  float32x4_t s4 = vaddq_f32(s8lo, s8hi);
+  float32x2_t s2 = vadd_f32(vget_low_f32(s4), vget_high_f32(s4));
+  return vget_lane_f32(s2, 0) + vget_lane_f32(s2, 1);
+}
+
+/* Group g of a row: wa[q] = columns c0+4q..c0+4q+3, wb[q] = c0+16+4q..+3. */
+INLINE void q_group_neon(const uint8_t* row, int32_t g, const int q4, float32x4_t wa[4], float32x4_t wb[4]) {
+  int8x16_t lo, hi; /* columns c0..c0+15 and c0+16..c0+31 as int8 */
+  if (q4) {
+    uint8x16_t v = vld1q_u8(row + g * 16);
+    const int8x16_t eight = vdupq_n_s8(8);
+    lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(15))), eight);
+    hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), eight);
+  } else {
+    lo = vld1q_s8((const int8_t*)row + g * 32);
+    hi = vld1q_s8((const int8_t*)row + g * 32 + 16);
+  }
+  int16x8_t l0 = vmovl_s8(vget_low_s8(lo)), l1 = vmovl_high_s8(lo), h0 = vmovl_s8(vget_low_s8(hi)), h1 = vmovl_high_s8(hi);
+  wa[0] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(l0)));
+  wa[1] = vcvtq_f32_s32(vmovl_high_s16(l0));
+  wa[2] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(l1)));
+  wa[3] = vcvtq_f32_s32(vmovl_high_s16(l1));
+  wb[0] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(h0)));
+  wb[1] = vcvtq_f32_s32(vmovl_high_s16(h0));
+  wb[2] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(h1)));
+  wb[3] = vcvtq_f32_s32(vmovl_high_s16(h1));
+}
+
+/* One row × tokens t0..t0+TB−1 (TB ≤ 4): one decode serves TB tokens. */
+INLINE void q_block_neon(const q_job* j, int64_t r, int32_t t0, const int TB, const int q4) {
+  const int32_t cols = j->cols, G = cols / 32;
+  const uint8_t* row = j->W + r * (q4 ? cols / 2 : cols);
+  float32x4_t acc[4][4];
+  UNROLL for (int t = 0; t < TB; t++) UNROLL for (int q = 0; q < 4; q++) acc[t][q] = vdupq_n_f32(0.0f);
+  for (int32_t g = 0; g < G; g++) {
+    float32x4_t wa[4], wb[4];
+    q_group_neon(row, g, q4, wa, wb);
+    float32x4_t s = vdupq_n_f32(j->S[r * G + g]);
+    UNROLL for (int t = 0; t < TB; t++) {
+      const float* x = j->X + (int64_t)(t0 + t) * cols + g * 32;
+      UNROLL for (int q = 0; q < 4; q++) {
+        float32x4_t p = vaddq_f32(vmulq_f32(wa[q], vld1q_f32(x + 4 * q)), vmulq_f32(wb[q], vld1q_f32(x + 16 + 4 * q)));
+        acc[t][q] = vaddq_f32(acc[t][q], vmulq_f32(p, s));
+      }
+    }
+  }
+  UNROLL for (int t = 0; t < TB; t++) j->Y[(int64_t)(t0 + t) * j->rows + r] = q_tree_neon(acc[t]);
+}
+
+INLINE void q_rows_neon_x(const q_job* j, int64_t r0, int64_t r1, const int q4) {
+  for (int64_t r = r0; r < r1; r++) {
+    int32_t t = 0;
+    for (; t + 4 <= j->T; t += 4) q_block_neon(j, r, t, 4, q4);
+    for (; t < j->T; t++) q_block_neon(j, r, t, 1, q4);
+  }
+}
+static void q_rows_neon(const q_job* j, int64_t r0, int64_t r1) {
+  if (j->q4) q_rows_neon_x(j, r0, r1, 1);
+  else q_rows_neon_x(j, r0, r1, 0);
+}
+#endif
+
 /* ---------------------------------------------------------------- dispatch */
 typedef struct { q_job j; void (*fn)(const q_job*, int64_t, int64_t); } q_task;
 
@@ -234,9 +307,10 @@ static void q_part(void* ctx, int32_t i, int32_t n) {
 static void q_run(q_job j) {
   if (j.rows <= 0 || j.T <= 0 || j.cols % 32 != 0) return; /* contract: cols multiple of 32 (k3.h) */
   int32_t isa = k3_isa_current();
-  /* Other ISAs (NEON) run the scalar order until they get a path of their own: same bits. */
 #if defined(__x86_64__)
   q_task t = { j, isa == K3_ISA_AVX512 ? q_rows_avx512 : isa == K3_ISA_AVX2 ? q_rows_avx2 : q_rows_scalar };
+#elif defined(__aarch64__)
+  q_task t = { j, isa == K3_ISA_NEON ? q_rows_neon : q_rows_scalar };
 #else
   (void)isa;
   q_task t = { j, q_rows_scalar };

@@ -2,16 +2,20 @@
 // (tools/reference/quant.ts): the quantiser byte for byte, the int8/int4 products within the bound
 // of docs/NUMERICS.md §2 on every ISA path this CPU has, and one set of bits for every path,
 // thread count and batch size.
-import { describe, expect, test } from "bun:test";
+import { describe, expect, setDefaultTimeout, test } from "bun:test";
 import * as ref from "../tools/reference/ops.ts";
 import { decodeQ, quantize, type QBits } from "../tools/reference/quant.ts";
 import { ISA, K3_STATUS } from "../src/kernels.ts";
 import { allIsas, bf16ToF32, bitsHash, expectWithin, f64, gamma, k, randBF16, randF32, rng, SUB, supported, withIsaThreads } from "./kernels.helpers.ts";
 
+// test/arm64.test.ts runs this file under qemu (every instruction emulated): far slower than here.
+setDefaultTimeout(120_000);
+
 const paths = [
   { name: "scalar", isa: ISA.scalar, ok: supported.scalar },
   { name: "AVX2", isa: ISA.avx2, ok: supported.avx2 },
   { name: "AVX-512", isa: ISA.avx512, ok: supported.avx512 },
+  { name: "NEON", isa: ISA.neon, ok: supported.neon }, // aarch64 (test/arm64.test.ts runs this file there under qemu)
 ];
 const SIZES: [number, number][] = [[1, 32], [5, 64], [9, 96], [33, 512], [4, 1024]];
 const TOKENS = [1, 2, 3, 4, 5, 9];
