@@ -1,6 +1,6 @@
 // `npm run bench:batch`: many users per pass over the weights (issue 12's proof) on the `slice`
-// model at a streaming budget. Opt-in, never part of `npm test`; every run needs the big-memory
-// lock on a shared machine: `flock /work/locks/bigmem npm run bench:batch`.
+// model at a streaming budget. Opt-in, never part of `npm test`. It holds several GB: on a shared
+// machine run it under the machine's big-memory lock (flock LOCKFILE npm run bench:batch).
 //
 //   bun run bench/batch.ts [--quick] [--runs N] [--tokens N] [--ram 6G] [--model DIR] [--no-docs]
 //                          [--only streams|prefix]

@@ -707,10 +707,10 @@ export class Engine {
     if (promptTokens === 0) throw new K3Error("USAGE", "nothing to generate from: the prompt is empty");
     if (session.position + promptTokens > this.context)
       throw new K3Error("CONTEXT", `prompt of ${promptTokens} tokens does not fit the context limit (${this.context} tokens, ${session.position} used)`);
-    // Before any model work: a request asking for more drafts than the engine has room for is refused.
-    const speculator = this.speculator(session, opts);
-    // Batched generations speculate only where a verify pass cannot hold up others (speculates()).
-    const spec = batched && !this.speculates() ? undefined : speculator;
+    // Before any model work: a request asking for more drafts than the engine has room for is
+    // refused. Batched generations speculate only where a verify pass cannot hold up others
+    // (speculates()); elsewhere a request's setting has no effect, and is not checked.
+    const spec = batched && !this.speculates() ? undefined : this.speculator(session, opts);
     const steps = this.prefillSteps(session, prompt, opts.onPrefill, batched, acc);
     let step = steps.next();
     try {

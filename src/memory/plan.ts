@@ -216,7 +216,9 @@ const minMatrixSlots = (slots: StreamSlots): 1 | 2 => (slots.pieceBytes === Infi
 /** Allocations that do not depend on the pin/stream choice (the expert floor is added apart). */
 function fixedItems(input: PlanInput, chunk: number): PlanItem[] {
   const { cfg, contextTokens } = input;
-  const drafts = input.drafts ?? autoDrafts(chunk);
+  // Speculation's verify buffers by default only with one session per pass: batched generations
+  // of several sessions do not speculate (the engine's rule, docs/SERVER.md "Speculation").
+  const drafts = input.drafts ?? (parallelOf(input) > 1 ? 0 : autoDrafts(chunk));
   const P = parallelOf(input);
   const prefix = input.prefixCacheBytes ?? 0;
   if (!Number.isSafeInteger(prefix) || prefix < 0) throw new K3Error("USAGE", `the prefix cache's RAM size must be ≥ 0 bytes, got ${prefix}`);
@@ -404,20 +406,47 @@ export function maxParallelAt(input: PlanInput, chunk = input.prefillChunk ?? DE
   return best;
 }
 
-/** `k3 serve`'s default: what the budget allows, at most DEFAULT_PARALLEL_CAP (1 when even one
- *  does not fit: planMemory then refuses with the numbers). */
-export function defaultParallel(input: PlanInput): number {
-  return Math.max(1, Math.min(DEFAULT_PARALLEL_CAP, maxParallelAt(input)));
+/**
+ * The smallest total a plan needs with a two-slot ring (the next trunk unit read while one
+ * computes): what the defaults below keep. A second ring slot is worth more than a session or a
+ * prefix cache: without it every streamed unit's read stops the compute (STREAMING.md §2).
+ */
+function floorTwoSlots(input: PlanInput, chunk: number): number {
+  const slots = input.slots ?? censusSlots(input);
+  return sum(fixedItems(input, chunk)) + 2 * Math.max(...slots.unitBytes) + input.cfg.topK * slots.expertBytes;
+}
+
+/** The floor the defaults respect: two ring slots when one session (and no prefix cache) gets
+ *  them at this budget, else the plain floor. */
+function defaultsFloor(input: PlanInput, chunk: number): (x: PlanInput) => number {
+  const two = floorTwoSlots({ ...input, parallel: 1, prefixCacheBytes: 0 }, chunk) <= input.budgetBytes;
+  return (x) => (two ? floorTwoSlots(x, chunk) : floorBytes(x, chunk));
+}
+
+/** `k3 serve`'s default: as many sessions as fit, at most DEFAULT_PARALLEL_CAP, without taking
+ *  the ring's second slot (1 when even one does not fit: planMemory then refuses with the numbers). */
+export function defaultParallel(input: PlanInput, chunk = input.prefillChunk ?? DEFAULT_PREFILL_CHUNK): number {
+  const floor = defaultsFloor(input, chunk);
+  for (let p = DEFAULT_PARALLEL_CAP; p > 1; p--) if (floor({ ...input, parallel: p, prefixCacheBytes: 0 }) <= input.budgetBytes) return p;
+  return 1;
 }
 
 /**
  * The prefix cache's default RAM tier for `input.parallel` sessions: one full-context snapshot
- * per session, at most PREFIX_CACHE_BUDGET_SHARE of the budget, and only what is left above the
- * floor (0 when nothing is). The disk tier (--prefix-cache-dir) holds more.
+ * per session, at most PREFIX_CACHE_BUDGET_SHARE of the budget, and only what the plan would
+ * give the expert cache beyond its top-k floor (0 when nothing is left): the trunk keeps its pins
+ * and ring, and the bytes come out of expert slots, which hit ~0% below one token's working set
+ * (docs/CACHE.md). The disk tier (--prefix-cache-dir) holds more.
  */
-export function defaultPrefixCacheBytes(input: PlanInput, chunk = input.prefillChunk ?? DEFAULT_PREFILL_CHUNK): number {
+export function defaultPrefixCacheBytes(input: PlanInput): number {
   const P = parallelOf(input);
-  const above = input.budgetBytes - floorBytes({ ...input, prefixCacheBytes: 0 }, chunk);
   const want = Math.min(P * sessionStateBytes(input.cfg, input.contextTokens), Math.floor(PREFIX_CACHE_BUDGET_SHARE * input.budgetBytes));
-  return Math.max(0, Math.min(want, above));
+  let plan: MemoryPlan;
+  try {
+    plan = planMemory({ ...input, prefixCacheBytes: 0 });
+  } catch {
+    return 0; // below the floor: planMemory refuses with the numbers
+  }
+  const spare = (plan.expertSlots - input.cfg.topK) * plan.expertSlotBytes + plan.freeBytes;
+  return Math.max(0, Math.min(want, spare));
 }

@@ -20,6 +20,8 @@ function render(plan: MemoryPlan, budgetSource: string, model: string): string {
   for (const i of plan.items)
     lines.push(`  ${i.name.padEnd(w)}  ${gib(i.bytes).padStart(12)}  ${i.count === undefined ? "" : `×${i.count}  `}${i.note}`);
   lines.push(`  ${"total".padEnd(w)}  ${gib(plan.totalBytes).padStart(12)}  free ${gib(plan.freeBytes)}`, "");
+  if (plan.parallel > 1 || plan.prefixCacheBytes > 0)
+    lines.push(`sessions: ${plan.parallel} (k3 serve --parallel), each with its own KDA state and MLA cache; prefix cache RAM tier ${gib(plan.prefixCacheBytes)}`);
   lines.push(...renderPieces(plan));
   lines.push(`lm_head ${plan.head}; embedding rows ${plan.embed} from disk`);
   lines.push(

@@ -1,0 +1,94 @@
+// The planner with several sessions (`--parallel`) and the prefix cache's RAM tier, on the real
+// release metadata: every session's state and the wider pass are summed, the defaults keep the
+// trunk ring's second slot, the prefix cache's default comes out of expert slots (never pins), and
+// a model built for P sessions allocates no more scratch than planned.
+import { beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { join } from "node:path";
+import { catalogueFromMetadata, type MetadataCatalogue } from "../src/checkpoint/catalogue.ts";
+import { K3Error } from "../src/errors.ts";
+import { loadKernels } from "../src/kernels.ts";
+import { defaultParallel, defaultPrefixCacheBytes, maxParallelAt, planMemory, sessionStateBytes, type PlanInput } from "../src/memory/plan.ts";
+import { PRESETS } from "../src/memory/ram.ts";
+import { Model } from "../src/model/forward.ts";
+import type { WeightProvider } from "../src/model/weights.ts";
+
+setDefaultTimeout(120_000); // reading the release's metadata takes seconds on a busy machine
+
+const REF = join(import.meta.dir, "../reference/k3");
+const GiB = 2 ** 30;
+let release: MetadataCatalogue;
+beforeAll(() => {
+  release = catalogueFromMetadata(`${REF}/config.json`, `${REF}/model.safetensors.index.json.gz`);
+});
+const input = (budgetBytes: number, more: Partial<PlanInput> = {}): PlanInput => ({ cfg: release.config, ...release.census, budgetBytes, contextTokens: 4096, threads: 16, ...more });
+const item = (p: ReturnType<typeof planMemory>, name: string) => p.items.find((i) => i.name === name)?.bytes ?? 0;
+
+describe("parallel sessions in the plan", () => {
+  test("P sessions: P × (KDA state + MLA cache), the pass P − 1 rows wider, no verify buffers; items still add up", () => {
+    const one = planMemory(input(PRESETS.desktop!, { parallel: 1, drafts: 0 }));
+    const four = planMemory(input(PRESETS.desktop!, { parallel: 4 }));
+    expect(item(four, "KDA state")).toBe(4 * item(one, "KDA state"));
+    expect(item(four, "MLA cache")).toBe(4 * item(one, "MLA cache"));
+    expect(item(four, "KDA state") + item(four, "MLA cache")).toBe(4 * sessionStateBytes(release.config, 4096));
+    // 3 more rows of activations and 3 more logit rows; nothing for speculation with P > 1.
+    expect(item(four, "scratch")).toBeGreaterThan(item(one, "scratch"));
+    expect(item(four, "scratch") - item(one, "scratch")).toBeLessThan(40e6);
+    expect(four.items.reduce((a, i) => a + i.bytes, 0)).toBe(four.totalBytes);
+    expect(four.totalBytes).toBeLessThanOrEqual(PRESETS.desktop!);
+    expect(four.parallel).toBe(4);
+    // Sessions come before the trunk: fewer pins than with one session.
+    expect(four.pinnedLayers.length).toBeLessThan(one.pinnedLayers.length);
+  });
+
+  test("laptop: 7 sessions fit at all, the default takes 4 and keeps two ring slots; 8 is refused naming --parallel", () => {
+    const i = input(PRESETS.laptop!);
+    expect(maxParallelAt(i)).toBe(7);
+    expect(defaultParallel(i)).toBe(4);
+    expect(planMemory({ ...i, parallel: 4 }).ringSlots).toBe(2);
+    try {
+      planMemory({ ...i, parallel: 8 });
+      throw new Error("expected a BUDGET error");
+    } catch (e) {
+      expect((e as K3Error).code).toBe("BUDGET");
+      expect(String((e as K3Error).problems)).toMatch(/at most 7 fit this budget \(--parallel\)/);
+    }
+  });
+
+  test("the default never takes the ring's second slot: just below 4 sessions' two-slot floor it picks fewer", () => {
+    const i = input(PRESETS.laptop!);
+    // Shrink the budget until 4 sessions would only get one ring slot.
+    let budget = PRESETS.laptop!;
+    while (planMemory({ ...i, budgetBytes: budget, parallel: 4 }).ringSlots === 2) budget -= 64 * 2 ** 20;
+    const p = defaultParallel({ ...i, budgetBytes: budget });
+    expect(p).toBeLessThan(4);
+    expect(planMemory({ ...i, budgetBytes: budget, parallel: p }).ringSlots).toBe(2);
+  });
+
+  test("the prefix cache's default RAM tier comes out of expert slots: same pins, same ring, top-k slots left", () => {
+    for (const preset of ["laptop", "desktop", "workstation", "server"]) {
+      const i = input(PRESETS[preset]!, { parallel: preset === "laptop" ? 4 : 2 });
+      const bytes = defaultPrefixCacheBytes(i);
+      const without = planMemory(i);
+      const withIt = planMemory({ ...i, prefixCacheBytes: bytes });
+      expect(item(withIt, "prefix cache")).toBe(bytes);
+      expect(withIt.pinnedLayers).toEqual(without.pinnedLayers);
+      expect(withIt.head).toBe(without.head);
+      expect(withIt.ringSlots).toBe(without.ringSlots);
+      expect(withIt.expertSlots).toBeGreaterThanOrEqual(release.config.topK);
+      expect(bytes).toBeLessThanOrEqual(0.1 * PRESETS[preset]!);
+    }
+    // At the server preset the expert cache is big: the tier gets one full-context session per slot.
+    expect(defaultPrefixCacheBytes(input(PRESETS.server!, { parallel: 4 }))).toBe(4 * sessionStateBytes(release.config, 4096));
+    expect(defaultPrefixCacheBytes(input(PRESETS.server!, { parallel: 4 })) / GiB).toBeGreaterThan(2.5);
+  });
+
+  test("a model built for P sessions allocates no more scratch than the plan of P sessions says", () => {
+    const NO_WEIGHTS = new Proxy({}, { get: () => () => { throw new Error("no pass"); } }) as WeightProvider;
+    for (const P of [1, 2, 4]) {
+      const m = new Model(loadKernels(), release.config, NO_WEIGHTS, 32, 4096, 0, P);
+      const allocated = m.allocatedBytes;
+      m.free();
+      expect(item(planMemory(input(2 ** 50, { parallel: P, drafts: 0, prefillChunk: 32 })), "scratch")).toBeGreaterThanOrEqual(allocated);
+    }
+  });
+});
