@@ -407,13 +407,14 @@ export function maxParallelAt(input: PlanInput, chunk = input.prefillChunk ?? DE
 }
 
 /**
- * The smallest total a plan needs with a two-slot ring (the next trunk unit read while one
+ * The smallest total a plan needs with two slots in each ring (the next piece read while one
  * computes): what the defaults below keep. A second ring slot is worth more than a session or a
- * prefix cache: without it every streamed unit's read stops the compute (STREAMING.md §2).
+ * prefix cache: without it every streamed read stops the compute (STREAMING.md §2). With the
+ * trunk in pieces the floor always has two; with whole units (pieceBytes Infinity) it may not.
  */
 function floorTwoSlots(input: PlanInput, chunk: number): number {
   const slots = input.slots ?? censusSlots(input);
-  return sum(fixedItems(input, chunk)) + 2 * Math.max(...slots.unitBytes) + input.cfg.topK * slots.expertBytes;
+  return sum(fixedItems(input, chunk)) + 2 * largestOf(slots.pieces, "core") + 2 * largestOf(slots.pieces, "matrix") + input.cfg.topK * slots.expertBytes;
 }
 
 /** The floor the defaults respect: two ring slots when one session (and no prefix cache) gets
