@@ -72,7 +72,7 @@ export interface BatchArmResult {
   ids?: number[][];
   streams?: StreamsResult;
   prefix?: PrefixResult;
-  plan?: { parallel: number; pinnedLayers: number[]; expertSlots: number; prefixCacheBytes: number; totalBytes: number };
+  plan?: { parallel: number; prefillChunk: number; pinnedLayers: number[]; expertSlots: number; prefixCacheBytes: number; totalBytes: number };
   vmHwmBytes?: number;
   load1?: number;
 }
@@ -157,7 +157,7 @@ export async function runBatchArm(spec: BatchArmSpec): Promise<BatchArmResult> {
     }
     engine = Engine.open(spec.model, opts);
     const p = engine.plan!;
-    out.plan = { parallel: p.parallel, pinnedLayers: p.pinnedLayers, expertSlots: p.expertSlots, prefixCacheBytes: p.prefixCacheBytes, totalBytes: p.totalBytes };
+    out.plan = { parallel: p.parallel, prefillChunk: p.prefillChunk, pinnedLayers: p.pinnedLayers, expertSlots: p.expertSlots, prefixCacheBytes: p.prefixCacheBytes, totalBytes: p.totalBytes };
     if (spec.kind === "streams") await streams(spec, engine, out);
     else await prefix(spec, engine, out);
     out.ok = true;

@@ -65,12 +65,20 @@ function parseArgs(argv: string[]): Args {
 const THREADS = 2;
 const STREAMS = [1, 2, 4];
 const PARALLEL = 4;
-/** Four different 8-id prompts (the slice's vocabulary is 32768). */
-const PROMPTS = [0, 1, 2, 3].map((k) => Array.from({ length: 8 }, (_, i) => 100 + ((k * 7919 + i * 104729) % 32000)));
-/** The conversation: a 1,000-token first turn, another conversation, a 20-token follow-up. */
-const TURN1 = Array.from({ length: 1000 }, (_, i) => 100 + ((i * 7919 + 13) % 32000));
-const OTHER = Array.from({ length: 40 }, (_, i) => 100 + ((i * 15485863 + 7) % 32000));
-const USER2 = Array.from({ length: 20 }, (_, i) => 100 + ((i * 104723 + 99) % 32000));
+/** Token ids for the prompts: fixed, spread over the model's vocabulary (the slice's is 32768). */
+function ids(n: number, a: number, b: number, vocab: number): number[] {
+  return Array.from({ length: n }, (_, i) => 100 + ((i * a + b) % (vocab - 100)));
+}
+/** Four different 8-id prompts; the conversation: a 1,000-token first turn, another
+ *  conversation, a 20-token follow-up. */
+function prompts(vocab: number) {
+  return {
+    streams: [0, 1, 2, 3].map((k) => ids(8, 104729, k * 7919, vocab)),
+    turn1: ids(1000, 7919, 13, vocab),
+    other: ids(40, 15485863, 7, vocab),
+    user2: ids(20, 104723, 99, vocab),
+  };
+}
 
 async function runArm(spec: BatchArmSpec, dir: string, n: number): Promise<BatchArmResult> {
   const specPath = join(dir, `spec-${n}.json`);
@@ -128,7 +136,8 @@ function render(r: Report): string {
     L.push("");
   }
   if (r.prefix.length) {
-    L.push("**Prefix cache**: the second turn of a conversation of 1,000 + reply + 20 tokens, after another conversation took the only session (time to first token, wall):", "");
+    const t1 = r.prefix[0]?.spec.turn1?.length ?? 0;
+    L.push(`**Prefix cache**: the second turn of a conversation (${t1} tokens, the ${r.prefix[0]?.spec.maxTokens ?? 0}-token reply, 20 more), after another conversation took the only session (time to first token, wall, prefill chunk ${r.prefix[0]?.plan?.prefillChunk ?? "?"} tokens):`, "");
     L.push("| arm | run | cached tokens / prompt | time to first token s | reply ids | load 1m |", "|---|---|---|---|---|---|");
     r.prefix.forEach((a, i) => {
       const p = a.prefix;
@@ -147,6 +156,8 @@ function render(r: Report): string {
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
   if (!existsSync(join(args.model, "config.json"))) throw new Error(`${args.model} has no model (npm run bench generates models/slice)`);
+  const config = JSON.parse(readFileSync(join(args.model, "config.json"), "utf8"));
+  const { streams: PROMPTS, turn1: TURN1, other: OTHER, user2: USER2 } = prompts((config.text_config ?? config).vocab_size);
   const work = mkdtempSync(join(tmpdir(), "k3-bench-batch-"));
   const report: Report = { args, machine: machineInfo(args.model), started: new Date().toISOString(), streams: [], prefix: [], problems: [] };
   let n = 0;
