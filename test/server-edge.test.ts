@@ -5,53 +5,43 @@
 // by its byte size before it is encoded or queued.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { connect, type Socket } from "node:net";
-import type { Engine } from "../src/engine.ts";
 import type { K3Server } from "../src/server/server.ts";
-import { openTinyEngine, post, rawRequest, serve, until } from "./server.helpers.ts";
+import { post, rawRequest, serve, tinyServerFixture, until } from "./server.helpers.ts";
 
-let engine: Engine;
-let server: K3Server;
-beforeAll(async () => {
-  engine = await openTinyEngine();
-  server = serve(engine);
-});
-afterAll(async () => {
-  await server.stop();
-  engine.close();
-});
+const fx = tinyServerFixture();
 
 const stats = async (s: K3Server) => ((await (await fetch(`${s.url}/k3/stats`)).json()) as any).server;
 
 describe("old and odd requests", () => {
   test("HTTP/1.0 without a Host header is answered (GET and POST)", async () => {
-    const models = await rawRequest(server.port, "GET /v1/models HTTP/1.0\r\n\r\n");
+    const models = await rawRequest(fx.server().port, "GET /v1/models HTTP/1.0\r\n\r\n");
     expect(models.status).toBe(200);
     expect(models.json.data[0].id).toBe("tiny-a");
     const body = JSON.stringify({ prompt: [5, 6, 7], max_tokens: 2 });
-    const cmpl = await rawRequest(server.port, `POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+    const cmpl = await rawRequest(fx.server().port, `POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
     expect(cmpl.status).toBe(200);
     expect(cmpl.json.object).toBe("text_completion");
   });
 
   test("HEAD is answered like GET, without a body", async () => {
     for (const path of ["/health", "/v1/models", "/v1/models/tiny-a", "/metrics", "/k3/stats"]) {
-      const res = await fetch(`${server.url}${path}`, { method: "HEAD" });
+      const res = await fetch(`${fx.server().url}${path}`, { method: "HEAD" });
       expect(res.status).toBe(200);
-      expect(res.headers.get("content-type")).toBe((await fetch(`${server.url}${path}`)).headers.get("content-type"));
+      expect(res.headers.get("content-type")).toBe((await fetch(`${fx.server().url}${path}`)).headers.get("content-type"));
     }
     // On the wire: the GET's headers (its length included), then nothing.
-    const get = await (await fetch(`${server.url}/v1/models`)).text();
-    const raw = await rawRequest(server.port, "HEAD /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    const get = await (await fetch(`${fx.server().url}/v1/models`)).text();
+    const raw = await rawRequest(fx.server().port, "HEAD /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     expect(raw.status).toBe(200);
     expect(raw.text.toLowerCase()).toContain(`content-length: ${get.length}\r\n`);
     expect(raw.text.endsWith("\r\n\r\n")).toBe(true);
   });
 
   test("OPTIONS that is not a preflight lists the methods; a wrong method is 405 with Allow", async () => {
-    const opt = await fetch(`${server.url}/v1/chat/completions`, { method: "OPTIONS" });
+    const opt = await fetch(`${fx.server().url}/v1/chat/completions`, { method: "OPTIONS" });
     expect(opt.status).toBe(204);
     expect(opt.headers.get("allow")).toBe("POST, OPTIONS");
-    const del = await fetch(`${server.url}/v1/models`, { method: "DELETE" });
+    const del = await fetch(`${fx.server().url}/v1/models`, { method: "DELETE" });
     expect(del.status).toBe(405);
     expect(del.headers.get("allow")).toBe("GET, HEAD, OPTIONS");
     expect(((await del.json()) as any).error.code).toBe("method_not_allowed");
@@ -67,10 +57,10 @@ describe("CORS (opt-in)", () => {
     });
 
   test("off by default: no CORS headers, and a preflight is refused saying how to allow it", async () => {
-    const res = await fetch(`${server.url}/v1/models`, { headers: { Origin: page } });
+    const res = await fetch(`${fx.server().url}/v1/models`, { headers: { Origin: page } });
     expect(res.status).toBe(200);
     expect(res.headers.get("access-control-allow-origin")).toBeNull();
-    const pf = await preflight(server, page);
+    const pf = await preflight(fx.server(), page);
     expect(pf.status).toBe(403);
     expect(pf.headers.get("access-control-allow-origin")).toBeNull();
     const body = (await pf.json()) as any;
@@ -81,7 +71,7 @@ describe("CORS (opt-in)", () => {
   describe("--cors ORIGIN with an API key", () => {
     let s: K3Server;
     beforeAll(() => {
-      s = serve(engine, { cors: [page], apiKey: "k3y" });
+      s = serve(fx.engine(), { cors: [page], apiKey: "k3y" });
     });
     afterAll(() => s.stop());
 
@@ -112,7 +102,7 @@ describe("CORS (opt-in)", () => {
   });
 
   test("--cors '*' allows any origin", async () => {
-    const s = serve(engine, { cors: ["*"] });
+    const s = serve(fx.engine(), { cors: ["*"] });
     try {
       const pf = await preflight(s, "http://localhost:3000");
       expect(pf.status).toBe(204);
@@ -125,14 +115,14 @@ describe("CORS (opt-in)", () => {
   });
 
   test("an origin that is not one is refused at start", () => {
-    expect(() => serve(engine, { cors: ["app.example.com"] })).toThrow(/--cors must be '\*' or an origin/);
-    expect(() => serve(engine, { cors: ["https://app.example.com/path"] })).toThrow(/no path/);
+    expect(() => serve(fx.engine(), { cors: ["app.example.com"] })).toThrow(/--cors must be '\*' or an origin/);
+    expect(() => serve(fx.engine(), { cors: ["https://app.example.com/path"] })).toThrow(/no path/);
   });
 });
 
 describe("request bodies", () => {
   test("over the limit → 413 with an OpenAI body, which a client that sends everything first can read", async () => {
-    const s = serve(engine, { bodies: { maxBytes: 64 << 10 } });
+    const s = serve(fx.engine(), { bodies: { maxBytes: 64 << 10 } });
     try {
       const big = Buffer.alloc(1 << 20, 0x61);
       // Content-Length declared: the whole body is written before the answer is read, as
@@ -153,14 +143,14 @@ describe("request bodies", () => {
   });
 
   test("a 100 MB prompt is refused with 413 at the default limit, and the server answers on", async () => {
-    const res = await post(`${server.url}/v1/chat/completions`, { messages: [{ role: "user", content: "a".repeat(100e6) }] });
+    const res = await post(`${fx.server().url}/v1/chat/completions`, { messages: [{ role: "user", content: "a".repeat(100e6) }] });
     expect(res.status).toBe(413);
     expect(((await res.json()) as any).error.code).toBe("request_too_large");
-    expect((await fetch(`${server.url}/health`)).status).toBe(200);
+    expect((await fetch(`${fx.server().url}/health`)).status).toBe(200);
   });
 
   test("a body that never finishes → 408 and the connection is closed", async () => {
-    const s = serve(engine, { bodies: { timeoutMs: 200 } });
+    const s = serve(fx.engine(), { bodies: { timeoutMs: 200 } });
     try {
       const r = await rawRequest(s.port, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{");
       expect(r.status).toBe(408);
@@ -174,7 +164,7 @@ describe("request bodies", () => {
 
   test("stop() does not wait for a body that is still arriving: the connection is cut", async () => {
     // A body deadline longer than this test's timeout: a stop that waited for it would time out.
-    const s = serve(engine, { bodies: { timeoutMs: 600_000 } });
+    const s = serve(fx.engine(), { bodies: { timeoutMs: 600_000 } });
     const answer = rawRequest(s.port, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{");
     await until(() => s.bodies.receiving === 1, "upload started");
     await s.stop();
@@ -184,7 +174,7 @@ describe("request bodies", () => {
   });
 
   test("250 bodies that never finish: 64 are held, 186 get 503 and are closed at once; /health and GETs answer", async () => {
-    const s = serve(engine);
+    const s = serve(fx.engine());
     const sockets: Socket[] = [];
     const answers: string[] = [];
     let closed = 0;
@@ -220,7 +210,7 @@ describe("request bodies", () => {
   }, 120_000);
 
   test("a client that leaves mid-upload is answered 499, not counted or logged as an error", async () => {
-    const s = serve(engine);
+    const s = serve(fx.engine());
     try {
       const sock = connect(s.port, "127.0.0.1", () => sock.write("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"mess"));
       sock.on("error", () => {});
@@ -238,11 +228,11 @@ describe("request bodies", () => {
 
 describe("a prompt too long for the context, by its bytes", () => {
   test("is refused before it is encoded or queued (the engine is busy meanwhile)", async () => {
-    const maxTok = engine.tokenizer().maxTokenBytes;
-    const url = server.url;
+    const maxTok = fx.engine().tokenizer().maxTokenBytes;
+    const url = fx.server().url;
     const long = new AbortController();
     const running = post(`${url}/v1/completions`, { prompt: [1, 2], max_tokens: 4000, stream: true }, { signal: long.signal });
-    await until(() => server.queue.running > 0, "long generation running");
+    await until(() => fx.server().queue.running > 0, "long generation running");
     try {
       const text = "x".repeat(1 << 20); // 1 MiB: under the body limit, far over 4096 tokens of any text
       const atLeast = Math.ceil((1 << 20) / maxTok);
@@ -252,8 +242,8 @@ describe("a prompt too long for the context, by its bytes", () => {
       ] as const) {
         let answer: Response | undefined;
         post(`${url}${path}`, body).then((r) => (answer = r));
-        await until(() => answer !== undefined || server.queue.waiting > 0, "answered or queued");
-        expect(server.queue.waiting).toBe(0);
+        await until(() => answer !== undefined || fx.server().queue.waiting > 0, "answered or queued");
+        expect(fx.server().queue.waiting).toBe(0);
         expect(answer!.status).toBe(400);
         const e = ((await answer!.json()) as any).error;
         expect(e.code).toBe("context_length_exceeded");
@@ -264,7 +254,7 @@ describe("a prompt too long for the context, by its bytes", () => {
     } finally {
       long.abort();
       await running.catch(() => {});
-      await until(() => server.queue.running === 0, "idle");
+      await until(() => fx.server().queue.running === 0, "idle");
     }
   });
 });
