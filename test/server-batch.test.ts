@@ -15,7 +15,7 @@ setDefaultTimeout(120_000);
 
 let engine: Engine;
 beforeAll(async () => {
-  engine = Engine.open(await tinyModel("tiny-a"), { threads: 2, parallel: 3, chunk: 4 });
+  engine = Engine.open(await tinyModel("tiny-a"), { threads: 1, parallel: 3, chunk: 4 });
 });
 afterAll(() => engine.close());
 
@@ -174,8 +174,8 @@ describe("prefix cache", () => {
   beforeAll(async () => {
     const dir = await tinyModel("tiny-a");
     // One session each: every new conversation takes the session from the previous one.
-    cached = Engine.open(dir, { threads: 2, parallel: 1, chunk: 4, prefixCache: { ramBytes: 2 ** 26 } });
-    plain = Engine.open(dir, { threads: 2, parallel: 1, chunk: 4 });
+    cached = Engine.open(dir, { threads: 1, parallel: 1, chunk: 4, prefixCache: { ramBytes: 2 ** 26 } });
+    plain = Engine.open(dir, { threads: 1, parallel: 1, chunk: 4 });
     withCache = serve(cached, { modelName: "tiny-a" });
     without = serve(plain, { modelName: "tiny-a" });
   });
