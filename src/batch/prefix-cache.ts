@@ -24,8 +24,8 @@ import { join } from "node:path";
 import { K3Error } from "../errors.ts";
 import type { Kernels } from "../kernels.ts";
 import { log } from "../log.ts";
-import { readSessionHeader, readSnapshot, saveSnapshot } from "../model/session-file.ts";
-import { captureState, restoreState, type StateSnapshot } from "../model/snapshot.ts";
+import { readSessionHeader, readSnapshot, saveSession, saveSnapshot } from "../model/session-file.ts";
+import { captureState, restoreState, snapshotBytes, type StateSnapshot } from "../model/snapshot.ts";
 import type { SessionState } from "../model/state.ts";
 
 export const PREFIX_FILE_SUFFIX = ".k3prefix";
@@ -160,18 +160,16 @@ export class PrefixCache {
       this.entries.get(prefixKey(state.history))!.lastUse = this.tick();
       return;
     }
-    const snap = captureState(state);
-    const key = prefixKey(snap.history);
-    const e: Entry = { key, tokens: snap.history, lastUse: this.tick() };
+    const key = prefixKey(state.history);
+    const bytes = snapshotBytes(state);
+    if (bytes > this.o.ramBytes && this.o.dir === undefined) return; // nowhere to keep it: no copy made
+    const e: Entry = { key, tokens: state.history.slice(), lastUse: this.tick() };
     this.counters.stores++;
-    if (snap.data.byteLength <= this.o.ramBytes) {
-      e.ram = snap;
-      this.entries.set(key, e);
+    this.entries.set(key, e);
+    if (bytes <= this.o.ramBytes) {
+      e.ram = captureState(state);
       this.fitRam();
-    } else if (this.o.dir !== undefined) {
-      this.entries.set(key, e);
-      this.spill(e, snap);
-    }
+    } else this.spill(e, state); // straight from the session's buffers: no copy in RAM
   }
 
   /** Write every entry that is only in RAM to the disk tier (the engine closes: a restarted
@@ -230,10 +228,11 @@ export class PrefixCache {
   }
 
   /** Write an entry's snapshot to the disk tier (making room first); a failure loses the entry. */
-  private spill(e: Entry, snap: StateSnapshot): void {
+  private spill(e: Entry, from: StateSnapshot | SessionState): void {
     const path = join(this.o.dir!, `${this.o.fingerprint.slice(0, 16)}-${e.key}${PREFIX_FILE_SUFFIX}`);
     try {
-      saveSnapshot(this.o.k, snap, this.o.fingerprint, this.o.modelName, path, { prefixCache: 1 });
+      if ("data" in from) saveSnapshot(this.o.k, from, this.o.fingerprint, this.o.modelName, path, { prefixCache: 1 });
+      else saveSession(this.o.k, from, [], this.o.fingerprint, this.o.modelName, path, { prefixCache: 1 });
       e.file = { path, bytes: statSync(path).size };
     } catch (err) {
       this.counters.writeFailures++;
