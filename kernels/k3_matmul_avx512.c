@@ -113,8 +113,14 @@ T512 INLINE void dense_rows(const mm_job* j, int64_t r0, int64_t r1, const int b
   }
 }
 
-T512 void k3_mm_bf16_avx512(const mm_job* j, int64_t r0, int64_t r1) { dense_rows(j, r0, r1, 1); }
-T512 void k3_mm_f32_avx512(const mm_job* j, int64_t r0, int64_t r1) { dense_rows(j, r0, r1, 0); }
+T512 void k3_mm_bf16_avx512(const mm_job* j, int64_t r0, int64_t r1) {
+  if (j->T >= BATCH_MIN_T) k3_mm_bf16_batch_avx512(j, r0, r1);
+  else dense_rows(j, r0, r1, 1);
+}
+T512 void k3_mm_f32_avx512(const mm_job* j, int64_t r0, int64_t r1) {
+  if (j->T >= BATCH_MIN_T) k3_mm_f32_batch_avx512(j, r0, r1);
+  else dense_rows(j, r0, r1, 0);
+}
 
 /* ---------------------------------------------------------------- MXFP4 */
 /* 16 weights (8 packed bytes) in π lane order (see the top of the file). */
@@ -197,6 +203,7 @@ T512 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, 
 T512 void k3_mm_mxfp4_avx512(const mm_job* j, int64_t r0, int64_t r1) {
   const int32_t T = j->T;
   int64_t r = r0;
+  if (T >= BATCH_MIN_T) { k3_mm_mxfp4_batch_avx512(j, r0, r1); return; }
   if (T == 1 && j->cols <= XPRE_MAX_COLS) {
     float xp[XPRE_MAX_COLS] __attribute__((aligned(64)));   /* x in π order, 32 KB of stack at most */
     const __m512i pi = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);

@@ -46,6 +46,41 @@ static inline const char* k3_pf_target(const void* block, int64_t block_bytes) {
   return (const char*)block + (n < 1 ? 1 : n) * block_bytes;
 }
 
+/* Many tokens per call (k3_matmul_batch.c): from BATCH_MIN_T tokens on, a GEMM-blocked loop nest
+ * with register-blocked micro-kernels per ISA. KC: columns per widened weight tile; RP: rows per
+ * panel (the panel's accumulators stay parked across column tiles); TC: tokens per chunk. The
+ * stack holds RP × KC f32 (16 KB) of tile and RP × TC × 16 f32 (32 KB) of accumulators. */
+#define BATCH_MIN_T 8
+#define KC 256
+#define KG (KC / 32)
+#define RP 16
+#define TC 32
+
+/* An ISA's part of the batched matmuls. Accumulators are 16 floats (the k3.h lanes, in order)
+ * at A + (i·TC + t)·16 for row i and token t of the block; `first` = start them at +0 instead of
+ * loading them. Tiles are row-major with row stride KC (MXFP4: decoded E2M1 values in column
+ * order; scales St[i·KG + g] as f32; nan[g] bit (row0 + i) = row i of the block has scale 255 in
+ * group g, whose contribution is then skipped exactly). */
+typedef struct {
+  int rb, tb; /* register block: rows × tokens per micro-kernel call (R ≤ rb, TB ≤ tb) */
+  void (*widen_bf16)(const uint16_t* W, int64_t ldw, float* tile, int rows, int32_t n);
+  void (*decode_mxfp4)(const uint8_t* P, int64_t ldp, float* tile, int rows, int32_t groups);
+  void (*dense)(const float* Wt, int64_t ldw, const float* X, int64_t ldx, float* A, int first,
+                int32_t n, int R, int TB);
+  void (*mxfp4)(const float* Wt, const float* St, const uint32_t* nan, int row0, const float* X,
+                int64_t ldx, float* A, int first, int32_t groups, int R, int TB);
+  void (*reduce)(const float* A, int32_t n, float* y); /* y[t] = halving tree of A[t·16 ..] */
+} mm_batch_isa;
+void k3_mm_batch_f32(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa);
+void k3_mm_batch_bf16(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa);
+void k3_mm_batch_mxfp4(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa);
+void k3_mm_bf16_batch_avx2(const mm_job* j, int64_t r0, int64_t r1);
+void k3_mm_f32_batch_avx2(const mm_job* j, int64_t r0, int64_t r1);
+void k3_mm_mxfp4_batch_avx2(const mm_job* j, int64_t r0, int64_t r1);
+void k3_mm_bf16_batch_avx512(const mm_job* j, int64_t r0, int64_t r1);
+void k3_mm_f32_batch_avx512(const mm_job* j, int64_t r0, int64_t r1);
+void k3_mm_mxfp4_batch_avx512(const mm_job* j, int64_t r0, int64_t r1);
+
 void k3_mm_bf16_avx2(const mm_job* j, int64_t r0, int64_t r1);
 void k3_mm_f32_avx2(const mm_job* j, int64_t r0, int64_t r1);
 void k3_mm_mxfp4_avx2(const mm_job* j, int64_t r0, int64_t r1);

@@ -56,6 +56,27 @@ function cases(): Case[] {
     const X = randF32(r, cols, -(2 ** -8), 2 ** -8);
     out.push({ name: `mxfp4 ${rows}x${cols} T1`, run: () => { const Y = new Float32Array(rows); k.k3_matmul_mxfp4(packed, scales, X, Y, rows, cols, 1); return Y; } });
   }
+  // Appended with the batched kernels (k3_matmul_batch*.c, T ≥ 8): shapes that hit every edge
+  // of their loop nest — rows not a multiple of the panel (16) or register blocks, T beyond one
+  // token chunk (32) and not a multiple of the token blocks, column tiles of 256 with a partial
+  // last tile, column tails (dense), no full 16 columns at all (3×7), one MXFP4 group, NaN-scale
+  // rows inside a block.
+  dense.length = 0;
+  dense.push([37, 300, 33], [70, 1030, 64], [20, 520, 8], [5, 16, 100], [3, 7, 12], [130, 257, 40]);
+  for (const [rows, cols, T] of dense) {
+    const Wb = randBF16(r, rows * cols), Wf = randF32(r, rows * cols, -2, 2), X = randF32(r, T * cols, -3, 3);
+    X[0] = -0;
+    out.push({ name: `bf16 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_bf16(Wb, X, Y, rows, cols, T); return Y; } });
+    out.push({ name: `f32 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_f32(Wf, X, Y, rows, cols, T); return Y; } });
+  }
+  for (const [rows, cols, T] of [[37, 320, 33], [70, 1056, 64], [18, 96, 8], [3, 32, 100]] as const) {
+    const { packed, scales } = randMXFP4(r, rows, cols);
+    scales.fill(255, cols / 32, (2 * cols) / 32); // row 1: every group NaN-scaled
+    packed.fill(0x88, 2 * (cols / 2), 3 * (cols / 2)); // row 2: all −0 weights
+    const X = randF32(r, T * cols, -(2 ** -8), 2 ** -8);
+    for (let i = 0; i < X.length; i += 5) X[i] *= 2 ** -120;
+    out.push({ name: `mxfp4 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_mxfp4(packed, scales, X, Y, rows, cols, T); return Y; } });
+  }
   return out;
 }
 
@@ -89,7 +110,24 @@ const GOLDEN: Record<string, string> = {
   "bf16 9x6200 T1": "e4dc8fa921c86cc4",
   "bf16 6x6200 T5": "fd9a6979d9a6e1be",
   "mxfp4 40x512 T1": "4483ad62de3c5ebf",
-  "mxfp4 6x8224 T1": "f8de5f698bf40b2e"
+  "mxfp4 6x8224 T1": "f8de5f698bf40b2e",
+  // the batched-kernel cases, hashed with the library built from 4cb3cb6 (before those kernels)
+  "bf16 130x257 T40": "3b20d0bd770e3abc",
+  "bf16 20x520 T8": "b4e193a8fb973e72",
+  "bf16 37x300 T33": "acd4ae0abaafd4c0",
+  "bf16 3x7 T12": "812c9026d7c39be4",
+  "bf16 5x16 T100": "1efafef141236f73",
+  "bf16 70x1030 T64": "f3d3899aebc6b7ff",
+  "f32 130x257 T40": "b5e80d7021c99c64",
+  "f32 20x520 T8": "ced2b42d8a540741",
+  "f32 37x300 T33": "3316401f0be2b20b",
+  "f32 3x7 T12": "1ea38ce286a98d1d",
+  "f32 5x16 T100": "a80557a7671aabb0",
+  "f32 70x1030 T64": "d0c8e9a23c658b38",
+  "mxfp4 18x96 T8": "b1f087f9605fb07e",
+  "mxfp4 37x320 T33": "9a066bdb89e54f05",
+  "mxfp4 3x32 T100": "73f28be48e2c4f43",
+  "mxfp4 70x1056 T64": "b5d26f92d8b2b666"
 };
 
 describe("matmul bits equal the pre-optimisation implementation", () => {

@@ -1,0 +1,98 @@
+/* Matmuls for many tokens per call (prefill, big expert batches): compute-bound, so blocked like
+ * a GEMM, while every output keeps the k3.h order bit for bit. This file is the loop nest shared
+ * by the AVX2 and AVX-512 paths; k3_matmul_batch_avx2.c / _avx512.c hold the register-blocked
+ * micro-kernels it calls (mm_batch_isa).
+ *
+ * Why it is exact. Each output Y[t][r] owns one 16-lane accumulator (lane j ← columns ≡ j mod 16,
+ * the k3.h order) for its whole life. Micro-kernels only ever do acc += w·x (the product rounded
+ * to f32, then added; no FMA) — MXFP4: acc += (wa·xa + wb·xb)·s — in increasing column order.
+ * Between column tiles the accumulator is parked in a stack scratch (a store and a load change
+ * no bit). At the end the same halving tree and the same one-by-one tail as the scalar path.
+ * Weights are first widened to f32 into a small tile: bf16 → f32 and E2M1 → f32 are exact, so
+ * the products are the same products. Blocks only decide which independent sums run side by
+ * side, never the order within one.
+ *
+ * The loop nest, per thread (rows [r0, r1) of the job):
+ *   tokens in chunks of ≤ TC
+ *     rows in panels of ≤ RP                          accumulators: RP × TC × 64 B = 32 KB
+ *       columns in tiles of ≤ KC                      weight tile: RP × KC f32 = 16 KB (L1)
+ *         widen / decode the panel's tile once
+ *         tokens in blocks of TB (the ISA's)           x block: TB × KC f32 (L1)
+ *           rows in blocks of RB (the ISA's)           RB × TB accumulators in registers
+ *             micro-kernel over the tile's columns
+ *       halving tree + tail, store Y
+ * One weight load serves TB tokens, one x load RB rows; the tile is widened once per chunk
+ * (1/TC of the multiply work) and read from L1 by every token block. */
+#include "k3_matmul_internal.h"
+
+_Static_assert(RP <= 32, "MXFP4 NaN-group flags are a 32-bit mask over the panel's rows");
+
+/* tail columns [n16, cols) of row r, token x, added one by one in increasing c (k3.h) */
+static float dense_tail(const mm_job* j, int64_t r, const float* x, int32_t n16, float s, int bf16) {
+  for (int32_t c = n16; c < j->cols; c++) {
+    float w = bf16 ? k3_bf16(((const uint16_t*)j->W)[r * j->cols + c]) : ((const float*)j->W)[r * j->cols + c];
+    float p = w * x[c];
+    s += p;
+  }
+  return s;
+}
+
+/* kind: 0 f32, 1 bf16, 2 MXFP4 */
+static void batch(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa, int kind) {
+  const int32_t cols = j->cols, T = j->T;
+  const int32_t n = kind == 2 ? cols : cols - cols % 16; /* columns the accumulators cover */
+  float tile[RP * KC] __attribute__((aligned(64)));      /* widened weights [row][KC] */
+  float sc[RP * KG];                                      /* MXFP4: group scales [row][KG] */
+  uint32_t nan[KG];                                       /* MXFP4: bit i = row i has scale 255 */
+  float A[RP * TC * 16] __attribute__((aligned(64)));    /* parked accumulators [row][token][16] */
+  float y[RP * TC];
+  for (int32_t t0 = 0; t0 < T; t0 += TC) {
+    const int32_t tc = T - t0 < TC ? T - t0 : TC;
+    const float* X = j->X + (int64_t)t0 * cols;
+    for (int64_t p = r0; p < r1; p += RP) {
+      const int rp = r1 - p < RP ? (int)(r1 - p) : RP;
+      if (n == 0) memset(A, 0, sizeof(float) * 16 * (size_t)(rp * TC)); /* no column reaches a lane */
+      for (int32_t k0 = 0; k0 < n; k0 += KC) {
+        const int32_t kc = n - k0 < KC ? n - k0 : KC;
+        const float* Wp = tile;
+        int64_t ldw = KC;
+        if (kind == 0) Wp = (const float*)j->W + p * cols + k0, ldw = cols;
+        else if (kind == 1) isa->widen_bf16((const uint16_t*)j->W + p * cols + k0, cols, tile, rp, kc);
+        else {
+          const int32_t G = cols / 32;
+          isa->decode_mxfp4((const uint8_t*)j->W + p * (cols / 2) + k0 / 2, cols / 2, tile, rp, kc / 32);
+          for (int32_t g = 0; g < kc / 32; g++) nan[g] = 0;
+          for (int i = 0; i < rp; i++)
+            for (int32_t g = 0; g < kc / 32; g++) {
+              uint8_t s = j->S[(p + i) * G + k0 / 32 + g];
+              sc[i * KG + g] = k3_e8m0(s);
+              nan[g] |= (uint32_t)(s == 255) << i;
+            }
+        }
+        /* token blocks outside, row blocks inside: the token block's x stays in L1 while the
+         * panel's rows sweep the L1-resident tile */
+        for (int32_t t = 0; t < tc; t += isa->tb) {
+          const int tb = tc - t < isa->tb ? tc - t : isa->tb;
+          const float* Xt = X + (int64_t)t * cols + k0;
+          for (int rb = 0; rb < rp; rb += isa->rb) {
+            const int R = rp - rb < isa->rb ? rp - rb : isa->rb;
+            float* At = A + (rb * TC + t) * 16;
+            if (kind == 2) isa->mxfp4(Wp + rb * ldw, sc + rb * KG, nan, rb, Xt, cols, At, k0 == 0, kc / 32, R, tb);
+            else isa->dense(Wp + rb * ldw, ldw, Xt, cols, At, k0 == 0, kc, R, tb);
+          }
+        }
+      }
+      for (int i = 0; i < rp; i++) isa->reduce(A + i * TC * 16, tc, y + i * TC);
+      for (int32_t t = 0; t < tc; t++)
+        for (int i = 0; i < rp; i++) {
+          float s = y[i * TC + t];
+          if (kind != 2 && n < cols) s = dense_tail(j, p + i, X + (int64_t)t * cols, n, s, kind == 1);
+          j->Y[(int64_t)(t0 + t) * j->rows + p + i] = s;
+        }
+    }
+  }
+}
+
+void k3_mm_batch_f32(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa) { batch(j, r0, r1, isa, 0); }
+void k3_mm_batch_bf16(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa) { batch(j, r0, r1, isa, 1); }
+void k3_mm_batch_mxfp4(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa) { batch(j, r0, r1, isa, 2); }

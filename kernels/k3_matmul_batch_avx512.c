@@ -1,0 +1,145 @@
+/* AVX-512 micro-kernels of the batched matmuls (the loop nest and why it is exact:
+ * k3_matmul_batch.c). One zmm accumulator per output holds the 16 k3.h lanes in order.
+ *  - dense: 4 rows × 6 tokens = 24 accumulators + 4 weight vectors + x (30 of 32 zmm); per 16
+ *    columns 10 loads for 24 multiply-add pairs.
+ *  - MXFP4: 4 rows × 4 tokens; per group and output p = wa·xa + wb·xb, acc += p·s (5 vector ops
+ *    per 32 weight·token products, the k3.h order). A group with scale 255 in some row of the
+ *    block takes a merge-masked add for that row (skipped exactly). */
+#include "k3_matmul_internal.h"
+#include <immintrin.h>
+
+#define T512 __attribute__((target("avx512f,avx512bw")))
+#define INLINE __attribute__((always_inline)) static inline
+#define UNROLL _Pragma("clang loop unroll(full)")
+
+enum { RBMAX = 4, TBD = 6, TBM = 4 };
+
+T512 static void widen_bf16(const uint16_t* W, int64_t ldw, float* tile, int rows, int32_t n) {
+  for (int i = 0; i < rows; i++)
+    for (int32_t c = 0; c < n; c += 16) {
+      __m256i h = _mm256_loadu_si256((const __m256i*)(W + i * ldw + c));
+      _mm512_store_ps(tile + i * KC + c, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+    }
+}
+
+/* 16 nibbles of 8 bytes: dword lane 2q = low word >> 4q (nibble q), lane 2q+1 = high word >> 4q
+ * (nibble 8+q); vpermps picks the E2M1 value (index bits 0–3), a second one restores column order. */
+T512 static void decode_mxfp4(const uint8_t* P, int64_t ldp, float* tile, int rows, int32_t groups) {
+  const __m512 tab = _mm512_loadu_ps(k3_e2m1);
+  const __m512i cnt = _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
+  const __m512i unpi = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  for (int i = 0; i < rows; i++)
+    for (int32_t h = 0; h < groups * 2; h++) {
+      int64_t q;
+      memcpy(&q, P + i * ldp + 8 * h, 8);
+      __m512 w = _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_set1_epi64(q), cnt), tab);
+      _mm512_store_ps(tile + i * KC + 16 * h, _mm512_permutexvar_ps(unpi, w));
+    }
+}
+
+T512 INLINE void dense_micro(const float* Wt, int64_t ldw, const float* X, int64_t ldx, float* A,
+                             int first, int32_t n, const int R, const int TB) {
+  __m512 acc[RBMAX][TBD];
+  UNROLL for (int i = 0; i < R; i++) UNROLL for (int t = 0; t < TB; t++)
+    acc[i][t] = first ? _mm512_setzero_ps() : _mm512_load_ps(A + (i * TC + t) * 16);
+  for (int32_t c = 0; c < n; c += 16) {
+    __m512 w[RBMAX];
+    UNROLL for (int i = 0; i < R; i++) w[i] = _mm512_loadu_ps(Wt + i * ldw + c);
+    UNROLL for (int t = 0; t < TB; t++) {
+      __m512 x = _mm512_loadu_ps(X + t * ldx + c);
+      UNROLL for (int i = 0; i < R; i++) acc[i][t] = _mm512_add_ps(acc[i][t], _mm512_mul_ps(w[i], x));
+    }
+  }
+  UNROLL for (int i = 0; i < R; i++) UNROLL for (int t = 0; t < TB; t++) _mm512_store_ps(A + (i * TC + t) * 16, acc[i][t]);
+}
+
+#define DENSE_R(R)                                                                                  \
+  switch (TB) {                                                                                     \
+    case 6: dense_micro(Wt, ldw, X, ldx, A, first, n, R, 6); break;                                 \
+    case 5: dense_micro(Wt, ldw, X, ldx, A, first, n, R, 5); break;                                 \
+    case 4: dense_micro(Wt, ldw, X, ldx, A, first, n, R, 4); break;                                 \
+    case 3: dense_micro(Wt, ldw, X, ldx, A, first, n, R, 3); break;                                 \
+    case 2: dense_micro(Wt, ldw, X, ldx, A, first, n, R, 2); break;                                 \
+    default: dense_micro(Wt, ldw, X, ldx, A, first, n, R, 1); break;                                \
+  }
+T512 static void dense(const float* Wt, int64_t ldw, const float* X, int64_t ldx, float* A, int first,
+                       int32_t n, int R, int TB) {
+  switch (R) {
+    case 4: DENSE_R(4) break;
+    case 3: DENSE_R(3) break;
+    case 2: DENSE_R(2) break;
+    default: DENSE_R(1) break;
+  }
+}
+
+T512 INLINE void mx_group(__m512 acc[RBMAX][TBM], const float* Wt, const float* St, int32_t g,
+                          const float* X, int64_t ldx, uint32_t skip, const int R, const int TB, const int MASKED) {
+  __m512 wa[RBMAX], wb[RBMAX];
+  UNROLL for (int i = 0; i < R; i++) {
+    wa[i] = _mm512_load_ps(Wt + i * KC + g * 32);
+    wb[i] = _mm512_load_ps(Wt + i * KC + g * 32 + 16);
+  }
+  UNROLL for (int t = 0; t < TB; t++) {
+    __m512 xa = _mm512_loadu_ps(X + t * ldx + g * 32), xb = _mm512_loadu_ps(X + t * ldx + g * 32 + 16);
+    UNROLL for (int i = 0; i < R; i++) {
+      __m512 p = _mm512_add_ps(_mm512_mul_ps(wa[i], xa), _mm512_mul_ps(wb[i], xb));
+      __m512 q = _mm512_mul_ps(p, _mm512_set1_ps(St[i * KG + g]));
+      acc[i][t] = MASKED ? _mm512_mask_add_ps(acc[i][t], (skip >> i) & 1 ? 0 : 0xFFFF, acc[i][t], q)
+                         : _mm512_add_ps(acc[i][t], q);
+    }
+  }
+}
+
+T512 INLINE void mx_micro(const float* Wt, const float* St, const uint32_t* nan, int row0, const float* X,
+                          int64_t ldx, float* A, int first, int32_t groups, const int R, const int TB) {
+  __m512 acc[RBMAX][TBM];
+  UNROLL for (int i = 0; i < R; i++) UNROLL for (int t = 0; t < TB; t++)
+    acc[i][t] = first ? _mm512_setzero_ps() : _mm512_load_ps(A + (i * TC + t) * 16);
+  /* one loop without any skip test when no group of the tile is skipped for these rows (the
+   * usual case; a test per group lets the compiler merge both paths and spill) */
+  uint32_t any = 0;
+  for (int32_t g = 0; g < groups; g++) any |= nan[g];
+  if (__builtin_expect(!((any >> row0) & ((1u << R) - 1)), 1))
+    for (int32_t g = 0; g < groups; g++) mx_group(acc, Wt, St, g, X, ldx, 0, R, TB, 0);
+  else
+    for (int32_t g = 0; g < groups; g++) mx_group(acc, Wt, St, g, X, ldx, (nan[g] >> row0) & ((1u << R) - 1), R, TB, 1);
+  UNROLL for (int i = 0; i < R; i++) UNROLL for (int t = 0; t < TB; t++) _mm512_store_ps(A + (i * TC + t) * 16, acc[i][t]);
+}
+
+#define MX_R(R)                                                                                     \
+  switch (TB) {                                                                                     \
+    case 4: mx_micro(Wt, St, nan, row0, X, ldx, A, first, groups, R, 4); break;                     \
+    case 3: mx_micro(Wt, St, nan, row0, X, ldx, A, first, groups, R, 3); break;                     \
+    case 2: mx_micro(Wt, St, nan, row0, X, ldx, A, first, groups, R, 2); break;                     \
+    default: mx_micro(Wt, St, nan, row0, X, ldx, A, first, groups, R, 1); break;                    \
+  }
+T512 static void mxfp4(const float* Wt, const float* St, const uint32_t* nan, int row0, const float* X,
+                       int64_t ldx, float* A, int first, int32_t groups, int R, int TB) {
+  switch (R) {
+    case 4: MX_R(4) break;
+    case 3: MX_R(3) break;
+    case 2: MX_R(2) break;
+    default: MX_R(1) break;
+  }
+}
+
+/* The halving tree of k3_tree16 on one zmm (upper 256 bits are lanes 8–15). */
+T512 static void reduce(const float* A, int32_t n, float* y) {
+  for (int32_t t = 0; t < n; t++) {
+    __m512 v = _mm512_load_ps(A + t * 16);
+    __m256 lo = _mm512_castps512_ps256(v);
+    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    __m256 s8 = _mm256_add_ps(lo, hi);
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+    y[t] = _mm_cvtss_f32(s1);
+  }
+}
+
+/* The table's tb is per kind: dense blocks 6 tokens, MXFP4 4 (register budget). */
+static const mm_batch_isa dense_isa = { RBMAX, TBD, widen_bf16, decode_mxfp4, dense, mxfp4, reduce };
+static const mm_batch_isa mx_isa = { RBMAX, TBM, widen_bf16, decode_mxfp4, dense, mxfp4, reduce };
+T512 void k3_mm_bf16_batch_avx512(const mm_job* j, int64_t r0, int64_t r1) { k3_mm_batch_bf16(j, r0, r1, &dense_isa); }
+T512 void k3_mm_f32_batch_avx512(const mm_job* j, int64_t r0, int64_t r1) { k3_mm_batch_f32(j, r0, r1, &dense_isa); }
+T512 void k3_mm_mxfp4_batch_avx512(const mm_job* j, int64_t r0, int64_t r1) { k3_mm_batch_mxfp4(j, r0, r1, &mx_isa); }
