@@ -1,80 +1,175 @@
-// Kernel bandwidth bench: GB/s of weight bytes per matmul kernel, per ISA path and thread count,
-// next to this machine's memory read bandwidth measured in the same run (k3_mem_read_sum over a
-// 1 GiB buffer). Run: `bun bench/kernels.ts [--runs 3]`. Output: a markdown table on stdout.
+// Kernel bench (docs/BENCH-KERNELS.md): every number the kernels are judged by, in one run.
+//  - memory read rate (k3_mem_read_sum over 1 GiB) and the f32 peak of the vector units
+//    (bench/peak.ts: separate multiply + add, the FP contract's ceiling, and fused multiply-add);
+//  - T = 1 (decode): GB/s of weight bytes read from DRAM, against the memory read rate;
+//  - T > 1 (prefill, expert batches): GFLOP/s (2 per weight·token), against both peaks;
+// per ISA path and thread count, for the library under test and optionally an older build
+// (--old path.so: "before" arms, loaded in the same process). Runs are interleaved: round r
+// measures every arm once, so drift and other users hit every arm alike; ≥ 3 rounds.
 //
-// Weights are cycled through a set of distinct matrices totalling ≥ 256 MiB, so every call
-// reads from DRAM (as decode does: each expert is touched once per token), not from cache.
+//   bun bench/kernels.ts [--runs 3] [--T 1,8,32,64,256] [--threads 1,2] [--isa avx2,avx512,neon]
+//                        [--old bench/out/old/libkernels.so] [--json out.json]
+// Output: markdown tables on stdout (progress on stderr); --json writes every raw number.
+import { dlopen, FFIType } from "bun:ffi";
+import { writeFileSync } from "node:fs";
 import { loadKernels, ISA } from "../src/kernels.ts";
 import { bf16Set, mxfp4Set } from "./weights.ts";
+import { peakGflops } from "./peak.ts";
+import { cpuInfo, loadAvg } from "./machine.ts";
 
+const arg = (name: string, dflt: string) => {
+  const i = process.argv.indexOf(name);
+  return i > 0 ? process.argv[i + 1]! : dflt;
+};
+const RUNS = Number(arg("--runs", "3"));
+const Ts = arg("--T", "1,8,32,64,256").split(",").map(Number);
+const threadCounts = arg("--threads", [...new Set([1, 2, navigator.hardwareConcurrency])].filter((n) => n <= navigator.hardwareConcurrency).join(",")).split(",").map(Number);
+const oldPath = arg("--old", "");
+const jsonOut = arg("--json", "");
+const say = (s: string) => process.stderr.write(`[kernels] ${s}\n`);
+
+const { i32, ptr, i64, void: v } = FFIType;
+/** The symbols an arm needs: a subset, so an older library (--old) loads too. */
+const armSymbols = {
+  k3_isa_set: { args: [i32], returns: i32 },
+  k3_isa_supported: { args: [i32], returns: i32 },
+  k3_pool_init: { args: [i32], returns: i32 },
+  k3_matmul_bf16: { args: [ptr, ptr, ptr, i32, i32, i32], returns: v },
+  k3_matmul_mxfp4: { args: [ptr, ptr, ptr, ptr, i32, i32, i32], returns: v },
+} as const;
+type Lib = { name: string; k: { [K in keyof typeof armSymbols]: (...a: any[]) => any } };
 const k = loadKernels();
-const runsArg = process.argv.indexOf("--runs");
-const RUNS = runsArg > 0 ? Number(process.argv[runsArg + 1]) : 3;
-const SET_BYTES = 256 * 2 ** 20;
-const threadCounts = [...new Set([1, 2, navigator.hardwareConcurrency])].filter((n) => n <= navigator.hardwareConcurrency);
-const isas = [
-  { name: "scalar", id: ISA.scalar },
-  { name: "avx2", id: ISA.avx2 },
-  { name: "avx512", id: ISA.avx512 },
-  { name: "neon", id: ISA.neon }, // aarch64: the NEON path's speed was never measured (docs/PORTS.md)
-].filter((i) => k.k3_isa_supported(i.id) === 1);
+const libs: Lib[] = [{ name: "new", k }];
+if (oldPath) libs.push({ name: "old", k: dlopen(oldPath, armSymbols).symbols });
 
-type Arm = { kernel: string; shape: string; bytesPerCall: number; call: (i: number) => void; count: number };
+const isaNames: Record<string, number> = { scalar: ISA.scalar, avx2: ISA.avx2, avx512: ISA.avx512, neon: ISA.neon };
+const isas = arg("--isa", "avx2,avx512,neon").split(",").filter((n) => k.k3_isa_supported(isaNames[n]!) === 1);
 
-
-function bf16Arm(rows: number, cols: number): Arm {
+// Weight sets. T = 1 reads 512 MiB of distinct matrices per pass (more than this machine's last-
+// level cache, so the bytes come from DRAM, as in decode); T > 1 arms reuse them.
+const SET_BYTES = 512 * 2 ** 20;
+type Kernel = { name: string; rows: number; cols: number; bytes: number; count: number; call: (lib: Lib, i: number, X: Float32Array, Y: Float32Array, T: number) => void };
+function bf16Kernel(rows: number, cols: number): Kernel {
   const { bytes, count, Ws } = bf16Set(rows, cols, SET_BYTES);
-  const X = new Float32Array(cols).fill(0.01), Y = new Float32Array(rows);
-  return { kernel: "bf16", shape: `${rows}×${cols}`, bytesPerCall: bytes, count, call: (i) => k.k3_matmul_bf16(Ws[i % count]!, X, Y, rows, cols, 1) };
+  return { name: "bf16", rows, cols, bytes, count, call: (l, i, X, Y, T) => l.k.k3_matmul_bf16(Ws[i % count]!, X, Y, rows, cols, T) };
 }
-
-function mxfp4Arm(rows: number, cols: number): Arm {
+function mxfp4Kernel(rows: number, cols: number): Kernel {
   const { bytes, count, Ps, Ss } = mxfp4Set(rows, cols, SET_BYTES);
-  const X = new Float32Array(cols).fill(0.01), Y = new Float32Array(rows);
-  return { kernel: "mxfp4", shape: `${rows}×${cols}`, bytesPerCall: bytes, count, call: (i) => k.k3_matmul_mxfp4(Ps[i % count]!, Ss[i % count]!, X, Y, rows, cols, 1) };
+  return { name: "mxfp4", rows, cols, bytes, count, call: (l, i, X, Y, T) => l.k.k3_matmul_mxfp4(Ps[i % count]!, Ss[i % count]!, X, Y, rows, cols, T) };
+}
+say("generating weight sets…");
+// bf16: a 2048-row slice of a 7168×7168 trunk matrix (T = 1 rate is the same per byte; T = 256
+// stays ~0.1 s); MXFP4: a K3 expert's up/gate projection (3072 × 3584).
+const kernels = [bf16Kernel(2048, 7168), mxfp4Kernel(3072, 3584)];
+
+/** Wall seconds and CPU seconds (all threads of the process) of fn. On a machine shared with
+ * other work, the rate per CPU-second (÷ threads) still says what a core does when it runs. */
+function timed(fn: () => void): { wall: number; cpu: number } {
+  const c0 = process.cpuUsage(), t0 = Bun.nanoseconds();
+  fn();
+  const wall = (Bun.nanoseconds() - t0) / 1e9, c = process.cpuUsage(c0);
+  return { wall, cpu: (c.user + c.system) / 1e6 };
 }
 
-/** GB/s of one timed pass over the whole set (each matrix once, after one warm-up pass). */
-function measure(arm: Arm): number {
-  const t0 = Bun.nanoseconds();
-  for (let i = 0; i < arm.count; i++) arm.call(i);
-  const s = (Bun.nanoseconds() - t0) / 1e9;
-  return (arm.bytesPerCall * arm.count) / s / 1e9;
+/** T = 1: GB/s of one pass over the whole set. T > 1: GFLOP/s over ≥ ~2 GFLOP of calls.
+ * Returns [rate per wall second, rate per CPU-second × threads]. */
+function measure(lib: Lib, kn: Kernel, T: number, threads: number): [number, number] {
+  const X = new Float32Array(T * kn.cols).fill(0.01), Y = new Float32Array(T * kn.rows);
+  const flopsPerCall = 2 * kn.rows * kn.cols * T;
+  const calls = T === 1 ? kn.count : Math.max(2, Math.ceil(2e9 / flopsPerCall));
+  kn.call(lib, calls, X, Y, T); // warm (a matrix outside the timed order's start)
+  const { wall, cpu } = timed(() => { for (let i = 0; i < calls; i++) kn.call(lib, i, X, Y, T); });
+  const work = T === 1 ? kn.bytes * calls : flopsPerCall * calls;
+  return [work / wall / 1e9, (work / cpu / 1e9) * threads];
 }
 
-function memReadBW(): number[] {
+function memReadGBs(): { wall: number; cpu: number } {
   const bytes = 2 ** 30;
   const p = k.k3_mem_alloc(bytes, 4096);
   if (!p) throw new Error("k3_mem_alloc(1 GiB) failed");
-  k.k3_mem_read_sum(p, bytes); // first touch: fault the pages in (alloc zeroes, so already touched)
-  const out: number[] = [];
-  for (let r = 0; r < RUNS; r++) {
-    const t0 = Bun.nanoseconds();
-    k.k3_mem_read_sum(p, bytes);
-    out.push(bytes / ((Bun.nanoseconds() - t0) / 1e9) / 1e9);
-  }
+  k.k3_mem_read_sum(p, bytes);
+  const { wall, cpu } = timed(() => k.k3_mem_read_sum(p, bytes));
   k.k3_mem_free(p);
-  return out;
+  return { wall: bytes / wall / 1e9, cpu: (bytes / cpu / 1e9) * k.k3_pool_size() };
 }
 
+// Every timed value, keyed "isa/threads/what" → one number per round.
+const R: Record<string, number[]> = {};
+const put = (key: string, x: number) => (R[key] ??= []).push(x);
+const loads: string[] = [];
+for (let run = 1; run <= RUNS; run++) {
+  loads.push(loadAvg());
+  say(`round ${run}/${RUNS} (load ${loads.at(-1)})`);
+  for (const isa of isas)
+    for (const n of threadCounts) {
+      const id = isaNames[isa]!;
+      k.k3_isa_set(id);
+      k.k3_pool_init(n);
+      const mem = memReadGBs();
+      put(`${isa}/${n}/mem`, mem.wall), put(`${isa}/${n}/mem/cpu`, mem.cpu);
+      for (const mode of ["mul+add", "fma"] as const) {
+        const p = peakGflops(id, mode, n);
+        put(`${isa}/${n}/peak ${mode}`, p.wall), put(`${isa}/${n}/peak ${mode}/cpu`, p.cpu);
+      }
+      for (const kn of kernels)
+        for (const T of Ts)
+          for (const lib of run % 2 ? libs : [...libs].reverse()) {
+            lib.k.k3_isa_set(id);
+            lib.k.k3_pool_init(n);
+            const [wall, cpu] = measure(lib, kn, T, n);
+            put(`${isa}/${n}/${kn.name}/${T}/${lib.name}`, wall);
+            put(`${isa}/${n}/${kn.name}/${T}/${lib.name}/cpu`, cpu);
+            lib.k.k3_pool_init(1); // park this library's workers while the other one runs
+          }
+      k.k3_pool_init(n);
+    }
+}
+loads.push(loadAvg());
+for (const lib of libs) lib.k.k3_isa_set(ISA.auto), lib.k.k3_pool_init(1);
+
 const fmt = (xs: number[]) => xs.map((x) => x.toFixed(1)).join(" / ");
-const cpu = (await Bun.file("/proc/cpuinfo").text()).match(/model name\s*:\s*(.*)/)?.[1] ?? "?";
-console.log(`CPU: ${cpu}, ${navigator.hardwareConcurrency} threads visible; ${RUNS} runs per arm; GB/s = 1e9 bytes/s of weight bytes (MXFP4: nibbles + scales)\n`);
-console.log("| kernel | shape | ISA | threads | GB/s (each run) | best | mem read GB/s (same ISA/threads) | best/mem |");
-console.log("|---|---|---|---|---|---|---|---|");
-const arms = [bf16Arm(7168, 7168), mxfp4Arm(3072, 3584), mxfp4Arm(3584, 3072)];
+const best = (xs: number[] | undefined) => (xs?.length ? Math.max(...xs) : NaN);
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
+const cpu = cpuInfo();
+console.log(`CPU: ${cpu.model}; ${navigator.hardwareConcurrency} threads visible; vector flags: ${cpu.vectorFlags.join(" ")}`);
+console.log(`${RUNS} rounds, every arm once per round (interleaved); load average (1/5/15 min) at each round start and at the end: ${loads.join(" → ")}`);
+console.log(`library: ${process.env.K3_KERNELS ?? "built-in"}${oldPath ? `; old: ${oldPath}` : ""}\n`);
+console.log("## Machine ceilings (each round; best)\n");
+console.log("| ISA | threads | memory read GB/s | peak mul+add GFLOP/s | peak FMA GFLOP/s | mul+add / FMA | per CPU-s × threads: mem / mul+add / FMA (best) |");
+console.log("|---|---|---|---|---|---|---|");
 for (const isa of isas)
   for (const n of threadCounts) {
-    k.k3_isa_set(isa.id);
-    k.k3_pool_init(n);
-    const mem = memReadBW();
-    const memBest = Math.max(...mem);
-    for (const arm of arms) {
-      for (let i = 0; i < arm.count; i++) arm.call(i); // warm-up pass
-      const rs = Array.from({ length: RUNS }, () => measure(arm));
-      const best = Math.max(...rs);
-      console.log(`| ${arm.kernel} | ${arm.shape} | ${isa.name} | ${n} | ${fmt(rs)} | ${best.toFixed(1)} | ${fmt(mem)} | ${(best / memBest).toFixed(2)} |`);
-    }
+    const m = R[`${isa}/${n}/mem`]!, pa = R[`${isa}/${n}/peak mul+add`]!, pf = R[`${isa}/${n}/peak fma`]!;
+    const c = ["mem", "peak mul+add", "peak fma"].map((w) => best(R[`${isa}/${n}/${w}/cpu`]).toFixed(1)).join(" / ");
+    console.log(`| ${isa} | ${n} | ${fmt(m)} (best ${best(m).toFixed(1)}) | ${fmt(pa)} (best ${best(pa).toFixed(1)}) | ${fmt(pf)} (best ${best(pf).toFixed(1)}) | ${(best(pa) / best(pf)).toFixed(2)} | ${c} |`);
   }
-k.k3_isa_set(ISA.auto);
-k.k3_pool_init(1);
+const libCols = libs.map((l) => l.name);
+if (Ts.includes(1)) {
+  console.log("\n## T = 1 (decode): GB/s of weight bytes from DRAM vs the memory read rate\n");
+  console.log(`| kernel | shape | ISA | threads | ${libCols.map((l) => `${l}: each round`).join(" | ")} | best new | best new / median mem |${oldPath ? " new / old (best) |" : ""} per CPU-s × threads: ${libCols.join(" / ")} (best) |`);
+  console.log(`|---|---|---|---|${libCols.map(() => "---|").join("")}---|---|${oldPath ? "---|" : ""}---|`);
+  for (const kn of kernels)
+    for (const isa of isas)
+      for (const n of threadCounts) {
+        const rs = libs.map((l) => R[`${isa}/${n}/${kn.name}/1/${l.name}`]!);
+        const mem = median(R[`${isa}/${n}/mem`]!);
+        const cs = libs.map((l) => best(R[`${isa}/${n}/${kn.name}/1/${l.name}/cpu`]).toFixed(1)).join(" / ");
+        console.log(`| ${kn.name} | ${kn.rows}×${kn.cols} | ${isa} | ${n} | ${rs.map(fmt).join(" | ")} | ${best(rs[0]).toFixed(1)} | ${(best(rs[0]) / mem).toFixed(2)} |${oldPath ? ` ${(best(rs[0]) / best(rs[1])).toFixed(2)} |` : ""} ${cs} |`);
+      }
+}
+const bigT = Ts.filter((t) => t > 1);
+if (bigT.length) {
+  console.log("\n## T > 1: GFLOP/s (2 per weight·token) vs the peaks of the same run\n");
+  console.log(`| kernel | shape | ISA | threads | T | ${libCols.map((l) => `${l}: each round`).join(" | ")} | best new | / peak mul+add | / peak FMA |${oldPath ? " new / old (best) |" : ""} per CPU-s × threads: ${libCols.join(" / ")} (best) |`);
+  console.log(`|---|---|---|---|---|${libCols.map(() => "---|").join("")}---|---|---|${oldPath ? "---|" : ""}---|`);
+  for (const kn of kernels)
+    for (const isa of isas)
+      for (const n of threadCounts)
+        for (const T of bigT) {
+          const rs = libs.map((l) => R[`${isa}/${n}/${kn.name}/${T}/${l.name}`]!);
+          const pa = best(R[`${isa}/${n}/peak mul+add`]), pf = best(R[`${isa}/${n}/peak fma`]);
+          const cs = libs.map((l) => best(R[`${isa}/${n}/${kn.name}/${T}/${l.name}/cpu`]).toFixed(1)).join(" / ");
+          console.log(`| ${kn.name} | ${kn.rows}×${kn.cols} | ${isa} | ${n} | ${T} | ${rs.map(fmt).join(" | ")} | ${best(rs[0]).toFixed(1)} | ${(best(rs[0]) / pa).toFixed(2)} | ${(best(rs[0]) / pf).toFixed(2)} |${oldPath ? ` ${(best(rs[0]) / best(rs[1])).toFixed(2)} |` : ""} ${cs} |`);
+        }
+}
+if (jsonOut) writeFileSync(jsonOut, JSON.stringify({ cpu, loads, runs: RUNS, Ts, threadCounts, isas, libs: libCols, oldPath, results: R }, null, 1));

@@ -51,3 +51,17 @@ export function machineInfo(modelDir: string): MachineInfo {
     bun: Bun.version,
   };
 }
+
+/** CPU model and the vector-ISA flags that decide the kernel paths (from /proc/cpuinfo). */
+export function cpuInfo(): { model: string; vectorFlags: string[] } {
+  const text = read("/proc/cpuinfo");
+  const model = /model name\s*:\s*(.*)/.exec(text)?.[1] ?? "?";
+  const flags = new Set((/^flags\s*:\s*(.*)$/m.exec(text)?.[1] ?? "").split(/\s+/));
+  const wanted = ["avx2", "fma", "avx512f", "avx512bw", "avx512_bf16", "amx_bf16", "amx_tile"];
+  return { model, vectorFlags: wanted.filter((f) => flags.has(f)) };
+}
+
+/** The 1, 5 and 15 minute load averages, as `uptime` prints them. */
+export function loadAvg(): string {
+  return read("/proc/loadavg").split(" ").slice(0, 3).join(" ");
+}

@@ -37,6 +37,22 @@ static float dense_tail(const mm_job* j, int64_t r, const float* x, int32_t n16,
   return s;
 }
 
+/* Asks L2 for the weights of the tile after (p, k0): the next column tile of this panel, or the
+ * first of the next panel when k0 < 0. Its rows are RP separate streams that each advance only a
+ * tile width per visit, too short for the hardware prefetcher; the request is made while the
+ * current tile (≥ TB·RP·KC multiply-adds per token block) computes. */
+static void prefetch_next_tile(const mm_job* j, int kind, int64_t p, int rp, int32_t k0, int64_t r1) {
+  if (k0 < 0) {
+    p += rp, k0 = 0;
+    rp = r1 - p < RP ? (int)(r1 - p) : RP;
+  }
+  const int64_t esz2 = kind == 0 ? 8 : kind == 1 ? 4 : 1; /* bytes per 2 columns */
+  const int64_t row = (int64_t)j->cols * esz2 / 2, off = (int64_t)k0 * esz2 / 2, len = (int64_t)KC * esz2 / 2;
+  for (int i = 0; i < rp; i++)
+    for (int64_t b = 0; b < len && off + b < row; b += 64)
+      __builtin_prefetch((const char*)j->W + (p + i) * row + off + b, 0, 2);
+}
+
 /* kind: 0 f32, 1 bf16, 2 MXFP4 */
 static void batch(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa, int kind) {
   const int32_t cols = j->cols, T = j->T;
@@ -69,6 +85,7 @@ static void batch(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* i
               nan[g] |= (uint32_t)(s == 255) << i;
             }
         }
+        prefetch_next_tile(j, kind, p, rp, k0 + KC < n ? k0 + KC : -1, r1);
         /* token blocks outside, row blocks inside: the token block's x stays in L1 while the
          * panel's rows sweep the L1-resident tile */
         for (int32_t t = 0; t < tc; t += isa->tb) {
