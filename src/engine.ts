@@ -16,7 +16,7 @@ import type { Drafter } from "./speculate/drafter.ts";
 import { NgramDrafter } from "./speculate/ngram.ts";
 import { parseSpeculate, Speculator, type SpeculateSetting, type SpeculationCounters } from "./speculate/speculator.ts";
 import { ResidentWeights } from "./model/resident.ts";
-import { contextFor, DEFAULT_PARALLEL_CAP, DEFAULT_PREFILL_CHUNK, defaultParallel, defaultPrefixCacheBytes, planInputFromCensus, planMemory, sessionStateBytes, type MemoryPlan } from "./memory/plan.ts";
+import { contextFor, DEFAULT_PARALLEL_CAP, defaultParallel, defaultPrefixCacheBytes, planInputFromCensus, planMemory, residentChunk, sessionStateBytes, type MemoryPlan } from "./memory/plan.ts";
 import { BatchScheduler, type BatchStats, type PassPart, type TicketKind } from "./batch/scheduler.ts";
 import { PrefixCache, type PrefixCacheStats } from "./batch/prefix-cache.ts";
 import type { PolicyName } from "./memory/policy/index.ts";
@@ -85,7 +85,8 @@ export interface EngineOptions {
   allowOverRam?: boolean;
   /** Context limit in tokens (sizes the MLA cache). */
   context?: number;
-  /** Prefill chunk in tokens. */
+  /** Prefill chunk in tokens. Default: the planner's choice for the budget (plan.chunkChoice
+   *  says why); with `resident`, the smallest chunk giving expert matmuls enough rows. */
   chunk?: number;
   /** How the streamed trunk is cut (src/memory/pieces.ts): matrix pieces up to `pieceBytes`
    *  (default 256 MiB; Infinity = one piece per unit, the layout before issue 16), row blocks of
@@ -313,6 +314,11 @@ export class Engine {
     readonly trunkFile: string | undefined,
   ) {}
 
+  /** Tokens per prefill pass (EngineOptions.chunk, else the planner's choice). */
+  get prefillChunk(): number {
+    return this.model.chunk;
+  }
+
   /** Compute threads this engine asked the (process-wide) pool for. */
   get threads(): number {
     return this.pool.threads;
@@ -388,16 +394,22 @@ export class Engine {
     const cfg = checkpoint.config;
     checkKernelLimits(k, cfg);
     const context = contextFor(cfg, opts.context);
-    const chunk = opts.chunk ?? DEFAULT_PREFILL_CHUNK;
+    // Without --chunk: the planner's choice under a budget (below), the compute rule when resident.
+    let chunk = opts.chunk ?? residentChunk(cfg, context);
     const speculate = parseSpeculate(opts.speculate ?? "auto", "speculate");
-    let drafts = speculate === "off" ? 0 : speculate === "auto" ? autoDrafts(chunk) : speculate;
+    // Automatic drafts follow the chunk (autoDrafts); a given number must fit one verify pass.
+    const draftsFor = (c: number) => (speculate === "off" ? 0 : speculate === "auto" ? autoDrafts(c) : speculate);
+    let drafts = draftsFor(chunk);
     // With several sessions per pass batched generation does not speculate (speculates()): "auto"
     // then allocates no verify buffers; an explicit N keeps them (for unbatched generation).
     const noAutoDrafts = () => {
       if (speculate === "auto" && parallel > 1) drafts = 0;
     };
-    if (typeof speculate === "number" && 1 + speculate > chunk)
-      throw new K3Error("USAGE", `--speculate ${speculate} needs a verify pass of ${1 + speculate} positions, more than the ${chunk}-token chunk`, [`use --chunk ${1 + speculate} or more, or fewer drafts per pass`]);
+    const checkDrafts = (c: number) => {
+      if (typeof speculate === "number" && 1 + speculate > c)
+        throw new K3Error("USAGE", `--speculate ${speculate} needs a verify pass of ${1 + speculate} positions, more than the ${c}-token chunk`, [`use --chunk ${1 + speculate} or more, or fewer drafts per pass`]);
+    };
+    if (opts.chunk !== undefined || opts.resident) checkDrafts(chunk);
     let weights: WeightProvider;
     let plan: MemoryPlan | undefined;
     // Sessions and the prefix cache's RAM tier: sized before the plan, which holds them.
@@ -415,14 +427,18 @@ export class Engine {
       const budget = resolveBudget(opts.preset, opts.ram);
       if (!budget.source.startsWith("auto") && !opts.allowOverRam) refuseOverRam(budget);
       const pieces = { ...opts.trunkPieces, tensors: pack?.tensors };
-      const input = planInputFromCensus(cfg, checkpoint.layout.census, budget.bytes, context, threads.threads, chunk, streamSlots(checkpoint, pieces), drafts);
+      const input = planInputFromCensus(cfg, checkpoint.layout.census, budget.bytes, context, threads.threads, opts.chunk, streamSlots(checkpoint, pieces), drafts);
       if (opts.parallel === "auto") parallel = defaultParallel(input);
       input.parallel = parallel;
       noAutoDrafts();
-      input.drafts = drafts;
+      // auto drafts with one session follow the chunk, which the planner may still choose
+      input.drafts = speculate === "auto" && drafts > 0 && opts.chunk === undefined ? undefined : drafts;
       if (ramOpt === "auto") prefixRam = defaultPrefixCacheBytes(input);
       input.prefixCacheBytes = prefixRam;
-      plan = planMemory(input);
+      plan = planMemory(input); // without opts.chunk the planner chooses the chunk (plan.chunkChoice says why)
+      chunk = plan.prefillChunk;
+      checkDrafts(chunk);
+      if (input.drafts === undefined) drafts = autoDrafts(chunk);
       const streaming = new StreamingWeights(k, checkpoint, {
         pinnedPieces: plan.pinnedPieces,
         ringSlots: plan.ringSlots,

@@ -5,7 +5,7 @@ export { describeCheckpoint, describeMetadata, renderInfo } from "./checkpoint/d
 export { catalogueFromMetadata, openCheckpoint } from "./checkpoint/catalogue.ts";
 export { openCheckpointCached } from "./checkpoint/index-cache.ts";
 export { computeCensus } from "./checkpoint/census.ts";
-export { contextFor, DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, defaultParallel, defaultPrefixCacheBytes, planInputFromCensus, planMemory, type MemoryPlan, type PlanInput, type StreamSlots } from "./memory/plan.ts";
+export { contextFor, DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, defaultParallel, defaultPrefixCacheBytes, planInputFromCensus, planMemory, REFERENCE_PROMPT, type MemoryPlan, type PlanInput, type StreamSlots } from "./memory/plan.ts";
 export { metadataSlots, streamSlots } from "./memory/slots.ts";
 export { metadataTrunkSlots, trunkSlots, TRUNK_FORMATS, type TrunkFormat } from "./memory/pack.ts";
 export { gib, parseSize, PRESETS, resolveBudget } from "./memory/ram.ts";

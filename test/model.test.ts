@@ -12,6 +12,9 @@ import { TINY_PRESETS, tinyModel } from "./helpers/models.ts";
 
 const PROMPT = [5, 17, 300, 42, 7, 99, 3, 250];
 const GEN = 16;
+/** A prompt of several chunks: 70 tokens run as 16+16+16+16+6 at chunk 16, or in one pass of 70
+ *  (the batched matmul kernels: ≥ 8 tokens per call on the trunk and on most experts). */
+const LONG = Array.from({ length: 70 }, (_, i) => (i * 37 + 5) % 700);
 
 // Tolerance for last-position logits (`tolerance`, derivation in docs/NUMERICS.md, "Whole
 // model"): the weights are identical in both (bf16/MXFP4 decode exactly to f64), so the gap is
@@ -85,6 +88,21 @@ describe.each(TINY_PRESETS.map((p) => [p]))("%s vs float64 reference", (preset) 
   });
 });
 
+describe.each(TINY_PRESETS.map((p) => [p]))("%s: a prompt of several chunks vs float64 reference", (preset) => {
+  test("70 tokens in chunks of 16: last logits within the tolerance, 8 greedy ids identical", () => {
+    const ref = ReferenceModel.open(dirs[preset]!);
+    const engine = Engine.open(dirs[preset]!, { threads: 2, chunk: 16 });
+    try {
+      const want = ref.forward(LONG);
+      const got = Float32Array.from(engine.prefill(engine.createSession(), LONG));
+      expect(maxAbsDiff(got, want)).toBeLessThanOrEqual(tolerance(engine.config, maxAbs(want)));
+      expect(greedy(engine, LONG, 8)).toEqual(ref.greedy(LONG, 8));
+    } finally {
+      engine.close();
+    }
+  });
+});
+
 describe("every MODEL.md §7 trap is visible", () => {
   test("each trap moves the reference's logits far beyond the engine's tolerance on some preset", () => {
     const visible = new Map<string, number>();
@@ -114,13 +132,16 @@ describe("every MODEL.md §7 trap is visible", () => {
 });
 
 describe("determinism", () => {
-  // The reference bits: scalar path, one thread, one token per chunk. Every ISA path this CPU has
-  // must give them at 1, 2, 3 threads and chunks of 1, 3, 32; a path it lacks is a named skip.
+  // The reference bits: scalar path, one thread, one token per chunk, over a 70-token prompt (so
+  // the batched matmul paths run: ≥ 8 tokens per call). Every ISA path this CPU has must give
+  // them at 1, 2, 3 threads and chunks of 1, 16, 64 and the planner's choice (tiny-a fits whole:
+  // 256, one pass); a path it lacks is a named skip.
   let baseline: { logits: string; ids: number[] } | undefined;
-  const run = (threads: number, isa: "scalar" | "avx2" | "avx512" | "neon", chunk: number) => {
+  const run = (threads: number, isa: "scalar" | "avx2" | "avx512" | "neon", chunk: number | undefined) => {
     const engine = Engine.open(dirs["tiny-a"]!, { threads, isa, chunk });
     try {
-      return { logits: bits(Float32Array.from(engine.prefill(engine.createSession(), PROMPT))), ids: greedy(engine, PROMPT, 8) };
+      if (chunk === undefined) expect(engine.prefillChunk).toBeGreaterThanOrEqual(LONG.length);
+      return { logits: bits(Float32Array.from(engine.prefill(engine.createSession(), LONG))), ids: greedy(engine, LONG, 4) };
     } finally {
       engine.close();
     }
@@ -132,13 +153,13 @@ describe("determinism", () => {
     loadKernels().k3_isa_set(-1);
   });
   for (const isa of ["scalar", "avx2", "avx512", "neon"] as const)
-    test.skipIf(loadKernels().k3_isa_supported(ISA[isa]) !== 1)(`ISA ${isa}: logits and ids bit-identical across threads 1, 2, 3 and prefill chunks 1, 3, 32`, () => {
+    test.skipIf(loadKernels().k3_isa_supported(ISA[isa]) !== 1)(`ISA ${isa}: logits and ids bit-identical across threads 1, 2, 3 and prefill chunks 1, 16, 64, the planner's`, () => {
       let runs = 0;
       for (const threads of [1, 2, 3])
-        for (const chunk of [1, 3, 32]) {
+        for (const chunk of [1, 16, 64, undefined]) {
           expect({ threads, chunk, ...run(threads, isa, chunk) }).toEqual({ threads, chunk, ...baseline! });
           runs++;
         }
-      expect(runs).toBe(9);
+      expect(runs).toBe(12);
     });
 });

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { catalogueFromMetadata, type MetadataCatalogue } from "../src/checkpoint/catalogue.ts";
 import type { ModelConfig } from "../src/checkpoint/types.ts";
 import { K3Error } from "../src/errors.ts";
-import { censusSlots, floorBytes, ioBufferBytes, maxContextAt, planMemory, type PlanInput } from "../src/memory/plan.ts";
+import { censusSlots, DEFAULT_PREFILL_CHUNK, floorBytes, ioBufferBytes, maxContextAt, planMemory, REFERENCE_PROMPT, residentChunk, ROWS_PER_EXPERT_CALL, type PlanInput } from "../src/memory/plan.ts";
 import { DEFAULT_PIECE_BYTES, WHOLE_UNITS } from "../src/memory/pieces.ts";
 import { metadataSlots } from "../src/memory/slots.ts";
 import { parseSize, PRESETS, resolveBudget, usableRam, type RamPaths } from "../src/memory/ram.ts";
@@ -22,8 +22,10 @@ beforeAll(() => {
   release = catalogueFromMetadata(CONFIG, INDEX);
 });
 // Without the speculative verify pass's buffers (drafts 0): the layout assertions below are about
-// pinning; "speculation buffers are in the default plan" checks what the default adds.
-const releaseInput = (budgetBytes: number, contextTokens = 4096, slots = metadataSlots(release.config)): PlanInput => ({
+// pinning; "speculation buffers are in the default plan" checks what the default adds. The pinning
+// tests also fix the chunk at 32 tokens (its scratch is part of what they pin around); "prefill
+// chunk" below lets the planner choose it (null).
+const releaseInput = (budgetBytes: number, contextTokens = 4096, slots = metadataSlots(release.config), prefillChunk: number | null = DEFAULT_PREFILL_CHUNK): PlanInput => ({
   cfg: release.config,
   ...release.census,
   budgetBytes,
@@ -31,6 +33,7 @@ const releaseInput = (budgetBytes: number, contextTokens = 4096, slots = metadat
   threads: 16,
   drafts: 0,
   slots,
+  prefillChunk: prefillChunk ?? undefined,
 });
 /** The layout before issue 16: each unit one piece (the planner's figures without pieces). */
 const wholeUnits = (budgetBytes: number, contextTokens = 4096): PlanInput => ({ ...releaseInput(budgetBytes, contextTokens), slots: censusSlots(release.census) });
@@ -119,6 +122,54 @@ describe("plan of the released model", () => {
     expect(p.readerMayRunAhead).toBe(false);
     expect(p.head).toBe("streamed"); // the head (lm_head + final norms) is the largest unit: it sets the slot size
     expect(p.ringSlotBytes).toBe(ioBufferBytes(release.census.headBytes) + ioBufferBytes(release.census.finalBytes));
+  });
+});
+
+describe("prefill chunk", () => {
+  test("on the release, every budget from the floor to 12 GiB: the chosen plan fits, reads fewer modeled bytes per prompt token than 32 tokens, and keeps two ring slots where 32 tokens has them", () => {
+    let largerSeen = false;
+    for (let g = 5; g <= 12; g += 0.25) {
+      const base = planMemory(releaseInput(g * GiB));
+      const p = planMemory(releaseInput(g * GiB, 4096, undefined, null));
+      const c = p.chunkChoice;
+      expect(c.source).toBe("planner");
+      expect(p.totalBytes).toBeLessThanOrEqual(g * GiB);
+      expect(c.candidates.map((x) => x.chunk)).toEqual([32, 64, 128, 256, 512, 1024].slice(0, c.candidates.length));
+      const chosen = c.candidates.find((x) => x.chunk === p.prefillChunk)!;
+      expect(chosen.prefillBytesPerToken).toBeLessThanOrEqual(c.candidates[0]!.prefillBytesPerToken);
+      // the session model's argmin (within 1%)
+      expect(chosen.sessionBytes).toBeLessThanOrEqual(Math.min(...c.candidates.map((x) => x.sessionBytes)) * 1.01);
+      if (base.ringSlots === 2) expect(p.ringSlots).toBe(2);
+      largerSeen ||= p.prefillChunk > 32;
+    }
+    expect(largerSeen).toBe(true);
+  });
+  test("laptop: a 1024-token chunk (15× fewer modeled disk bytes per prompt token than 32); the why names the reference session", () => {
+    const p = planMemory(releaseInput(PRESETS.laptop!, 4096, undefined, null));
+    expect(p.prefillChunk).toBe(1024);
+    const [c32, c1024] = [p.chunkChoice.candidates[0]!, p.chunkChoice.candidates.at(-1)!];
+    expect(c32.prefillBytesPerToken / c1024.prefillBytesPerToken).toBeGreaterThan(10);
+    expect(p.chunkChoice.why).toContain(`${REFERENCE_PROMPT}-token prompt`);
+  });
+  test("a given chunk is used as is; a short prompt caps the sizes weighed; the context caps them too", () => {
+    const given = planMemory(releaseInput(PRESETS.desktop!, 4096, undefined, 48));
+    expect(given.prefillChunk).toBe(48);
+    expect(given.chunkChoice.source).toBe("given");
+    const short = planMemory({ ...releaseInput(PRESETS.desktop!, 4096, undefined, null), promptTokens: 100 });
+    expect(short.chunkChoice.candidates.map((x) => x.chunk)).toEqual([32, 64, 128]);
+    const ctx = planMemory(releaseInput(PRESETS.desktop!, 200, undefined, null));
+    expect(ctx.chunkChoice.candidates.map((x) => x.chunk)).toEqual([32, 64, 128, 256]);
+  });
+  test("nothing to read (everything resident): the smallest chunk whose expert matmuls get ≥ 64 rows", () => {
+    const cfg = { ...release.config, numExperts: 8, topK: 2 } as ModelConfig;
+    expect(residentChunk(cfg, 4096)).toBe(256); // 256·2/8 = 64
+    expect((residentChunk(cfg, 4096) * 2) / 8).toBe(ROWS_PER_EXPERT_CALL);
+    expect(residentChunk(release.config, 4096)).toBe(1024); // 1024·16/896 < 64: the largest size
+    expect(residentChunk(cfg, 100)).toBe(128); // the context caps it
+    const all = planMemory(releaseInput(4096 * GiB, 4096, undefined, null));
+    expect(all.streamedBytesPerToken).toBe(0);
+    expect(all.chunkChoice.why).toContain("everything resident");
+    expect(all.prefillChunk).toBe(1024);
   });
 });
 
@@ -257,6 +308,16 @@ describe("k3 plan", () => {
     expect(plan.pinned_layers.length).toBe(8); // a tiny model fits whole
     expect(plan.ring_slots).toBe(0);
     expect(plan.context_tokens).toBe(64);
+  });
+  test("text output shows the prefill chunk, why, and the sizes weighed; --chunk overrides", () => {
+    const r = k3(["--config", CONFIG, "--index", INDEX, "--preset", "laptop", "--threads", "4"]);
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/prefill chunk: 1024 tokens — fewest modeled disk bytes/);
+    expect(r.out).toMatch(/\n\s+1024\s.*←/);
+    const g = k3(["--config", CONFIG, "--index", INDEX, "--preset", "laptop", "--threads", "4", "--chunk", "48"]);
+    expect(g.out).toContain("prefill chunk: 48 tokens — given (--chunk)");
+    const both = k3(["--config", CONFIG, "--index", INDEX, "--chunk", "48", "--prompt", "100"]);
+    expect(both.code).toBe(2);
   });
   test("neither a directory nor --config/--index is a usage error", () => {
     const r = Bun.spawnSync([process.execPath, "src/cli/main.ts", "plan", "--preset", "laptop"], { env: { ...process.env, NO_COLOR: "1", K3_MODEL: undefined } });

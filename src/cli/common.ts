@@ -31,7 +31,7 @@ export const modelOption = {
 export const engineArgs = {
   threads: { type: "string", alias: ["t"], valueHint: "N", description: "compute threads (default: all cores; bit-identical at any count)" },
   context: { type: "string", alias: ["c", "ctx-size"], valueHint: "N", description: "context limit in tokens (default 4096)" },
-  chunk: { type: "string", alias: ["b", "batch-size"], valueHint: "N", description: "prefill chunk in tokens (default 32)" },
+  chunk: { type: "string", alias: ["b", "batch-size"], valueHint: "N", description: "prefill chunk in tokens (default: the planner's choice, see k3 plan)" },
   isa: { type: "string", valueHint: "ISA", description: `force a kernel path: ${CHOICES.isa!.join(" | ")}` },
   preset: { type: "string", valueHint: "NAME", description: `RAM budget: ${Object.entries(PRESETS).map(([n, b]) => `${n} (${b / 2 ** 30}G)`).join(" | ")} | auto` },
   ram: { type: "string", valueHint: "SIZE", description: "RAM budget as a size, e.g. 12G (G = 2^30; wins over --preset)" },

@@ -29,6 +29,12 @@
 //    passShape). Sessions come before the trunk: each one costs pins (or expert slots) at every
 //    budget, and buys one more stream per trunk read (docs/PLAN.md, the trade-off).
 //  - The prefix cache's RAM tier (`prefixCacheBytes`) is a fixed item like the sessions.
+//  - Prefill chunk (when not given): the size, 32…1024 tokens, with the fewest modeled disk bytes
+//    for a reference session (a REFERENCE_PROMPT-token prompt, then REFERENCE_GENERATION decoded
+//    tokens): a bigger chunk reads the streamed trunk and each distinct expert once for more
+//    tokens, but its scratch (src/model/buffers.ts, per row) is taken from the pins and the expert
+//    cache. Sizes whose disk bytes tie (everything resident) go to the smallest chunk that gives
+//    every expert matmul ≥ ROWS_PER_EXPERT_CALL rows (the batched kernels' efficient range).
 import { K3Error } from "../errors.ts";
 import type { ModelConfig } from "../checkpoint/types.ts";
 import { autoDrafts, forwardBufferBytes, kdaStateBytes, mlaCacheBytes, passShape } from "../model/buffers.ts";
@@ -39,7 +45,14 @@ import { gib } from "./ram.ts";
  *  catalogue (497k tensor specs) on bun 1.4.5; the rest is margin. */
 export const RUNTIME_HEADROOM_BYTES = 384 * 2 ** 20;
 export const IO_ALIGN = 4096;
+/** The smallest prefill chunk the planner considers, and the floor's chunk. */
 export const DEFAULT_PREFILL_CHUNK = 32;
+export const MAX_PREFILL_CHUNK = 1024;
+/** The session the chunk choice is made for: prompt tokens, then decoded tokens. */
+export const REFERENCE_PROMPT = 1024;
+export const REFERENCE_GENERATION = 256;
+/** Rows per expert matmul from which the batched kernels run near their peak (docs/BENCH-KERNELS.md). */
+export const ROWS_PER_EXPERT_CALL = 64;
 export const DEFAULT_CONTEXT = 4096;
 /** Sessions `k3 serve` runs at once when the budget allows and nothing else is asked: past ~4,
  *  a step's distinct experts (≈ streams × top-k per layer) grow as fast as the streams, so only
@@ -94,7 +107,8 @@ export interface PlanInput {
   budgetBytes: number; // usable RAM for this process
   contextTokens: number; // MLA cache is sized for this many positions
   threads?: number; // compute threads (reported; the scratch does not depend on it)
-  prefillChunk?: number; // tokens per forward pass (sizes the scratch)
+  prefillChunk?: number; // tokens per forward pass (sizes the scratch); default: the planner chooses
+  promptTokens?: number; // prompt length the chunk is chosen for (default REFERENCE_PROMPT)
   slots?: StreamSlots; // default: censusSlots (one aligned read per unit and per expert)
   drafts?: number; // most drafts per speculative verify pass (sizes its scratch); default autoDrafts(chunk)
   parallel?: number; // sessions held at once, each with its own state (default 1)
@@ -149,6 +163,7 @@ export interface MemoryPlan {
   prefillChunk: number;
   parallel: number; // sessions held at once
   prefixCacheBytes: number; // the prefix cache's RAM tier
+  chunkChoice: ChunkChoice; // how prefillChunk was decided
   items: PlanItem[]; // every allocation; Σ bytes = totalBytes
   totalBytes: number;
   freeBytes: number; // budget − total (less than one expert slot unless the cache holds every expert)
@@ -275,10 +290,130 @@ function choosePinned(order: PlanPiece[], forTrunk: number): { pinnedBytes: numb
   return { pinnedBytes, matrixSlots };
 }
 
+/** One prefill chunk size the planner weighed (modeled disk bytes: see chunkCosts). */
+export interface ChunkCandidate {
+  chunk: number;
+  scratchBytes: number; // the forward pass's buffers at this chunk
+  prefillBytesPerToken: number; // disk bytes per prompt token (reference prompt)
+  decodeBytesPerToken: number; // disk bytes per decoded token under this plan
+  sessionBytes: number; // reference prompt + reference generation
+  rowsPerExpertCall: number; // chunk·topK/numExperts: tokens one expert matmul sees
+}
+
+export interface ChunkChoice {
+  source: "given" | "planner";
+  promptTokens: number;
+  candidates: ChunkCandidate[]; // every size that fits, smallest first (empty when given)
+  why: string;
+}
+
+type FixedPlan = Omit<MemoryPlan, "chunkChoice">;
+
+/**
+ * Modeled disk bytes of a plan at a chunk size. Routing is taken as uniform: a C-token chunk
+ * uses N·(1 − (1 − K/N)^C) distinct experts per MoE layer, and a cache holding a fraction f of
+ * all experts hits with probability f (a cache holding all of them reads each expert once per
+ * session, counted as 0 here). Each pass over a chunk reads the streamed trunk once and each of
+ * its distinct experts that misses once; a decoded token reads the streamed trunk and its top-k
+ * experts per MoE layer that miss.
+ */
+function chunkCosts(input: PlanInput, plan: FixedPlan, chunk: number, prompt: number): ChunkCandidate {
+  const { cfg } = input;
+  const N = cfg.numExperts, K = cfg.topK;
+  const miss = plan.expertSlots >= plan.expertCount ? 0 : 1 - plan.expertSlots / plan.expertCount;
+  const expertRead = moeLayerCount(cfg) * input.expertBytes * miss;
+  let prefill = 0;
+  for (let done = 0; done < prompt; done += chunk) {
+    const c = Math.min(chunk, prompt - done);
+    prefill += plan.streamedBytesPerToken + expertRead * N * (1 - (1 - K / N) ** c);
+  }
+  const decode = plan.streamedBytesPerToken + expertRead * K;
+  return {
+    chunk,
+    scratchBytes: plan.items.find((i) => i.name === "scratch")!.bytes,
+    prefillBytesPerToken: prefill / prompt,
+    decodeBytesPerToken: decode,
+    sessionBytes: prefill + REFERENCE_GENERATION * decode,
+    rowsPerExpertCall: (chunk * K) / N,
+  };
+}
+
+/** Candidate chunk sizes: 32, 64, … up to MAX_PREFILL_CHUNK, the prompt and the context. */
+export function chunkSizes(promptTokens: number, contextTokens: number): number[] {
+  const top = Math.min(MAX_PREFILL_CHUNK, Math.max(promptTokens, 1), Math.max(contextTokens, 1));
+  const out = [DEFAULT_PREFILL_CHUNK];
+  while (out.at(-1)! < top) out.push(out.at(-1)! * 2);
+  return out;
+}
+
+/**
+ * The chunk for a budget: fewest modeled disk bytes for the reference session (a
+ * `promptTokens`-token prompt, then REFERENCE_GENERATION decoded tokens). Sizes within 1% of the
+ * fewest tie; among them the smallest reaching ROWS_PER_EXPERT_CALL rows per expert matmul (or
+ * the largest tied size): past that point a bigger chunk only takes memory.
+ */
+export function chooseChunk(candidates: ChunkCandidate[], promptTokens: number, noFit?: number): { chunk: number; why: string } {
+  const best = Math.min(...candidates.map((c) => c.sessionBytes));
+  const tied = candidates.filter((c) => c.sessionBytes <= best * 1.01);
+  const enough = tied.find((c) => c.rowsPerExpertCall >= ROWS_PER_EXPERT_CALL);
+  const pick = enough ?? tied.at(-1)!;
+  const rows = `${pick.rowsPerExpertCall.toFixed(1)} rows per expert matmul`;
+  const parts = [
+    best > 0
+      ? `fewest modeled disk bytes for a ${promptTokens}-token prompt + ${REFERENCE_GENERATION} decoded tokens`
+      : "no disk reads at any size (everything resident)",
+  ];
+  if (tied.length > 1) {
+    if (best > 0) parts.push(`${tied.map((c) => c.chunk).join(", ")} within 1%`);
+    parts.push(enough ? `${pick.chunk} is the smallest of those with ≥ ${ROWS_PER_EXPERT_CALL} (${rows})` : `the largest of those (${rows})`);
+  }
+  if (noFit !== undefined) parts.push(`${noFit} does not fit the budget with two ring slots`);
+  return { chunk: pick.chunk, why: parts.join("; ") };
+}
+
 export function planMemory(input: PlanInput): MemoryPlan {
+  const prompt = input.promptTokens ?? REFERENCE_PROMPT;
+  if (!Number.isInteger(prompt) || prompt < 1) throw new K3Error("USAGE", `prompt length must be ≥ 1 token, got ${prompt}`);
+  if (input.prefillChunk !== undefined)
+    return { ...planAt(input, input.prefillChunk), chunkChoice: { source: "given", promptTokens: prompt, candidates: [], why: "given (--chunk)" } };
+  const plans = new Map<number, FixedPlan>();
+  const candidates: ChunkCandidate[] = [];
+  let noFit: number | undefined;
+  for (const chunk of chunkSizes(prompt, input.contextTokens)) {
+    let plan: FixedPlan;
+    try {
+      plan = planAt(input, chunk);
+    } catch (err) {
+      // The smallest size's refusal is the user's error (below the floor); a larger size that
+      // does not fit only ends the search (scratch grows with the chunk).
+      if (chunk === DEFAULT_PREFILL_CHUNK || !(err instanceof K3Error && err.code === "BUDGET")) throw err;
+      noFit = chunk;
+      break;
+    }
+    // A chunk whose scratch leaves one ring slot would serialise every streamed read with the
+    // compute (readerMayRunAhead false) where the smallest chunk overlaps them: never worth it.
+    if (plan.ringSlots === 1 && plans.size > 0 && plans.get(DEFAULT_PREFILL_CHUNK)!.ringSlots === 2) {
+      noFit = chunk;
+      break;
+    }
+    plans.set(chunk, plan);
+    candidates.push(chunkCosts(input, plan, chunk, prompt));
+  }
+  const { chunk, why } = chooseChunk(candidates, prompt, noFit);
+  return { ...plans.get(chunk)!, chunkChoice: { source: "planner", promptTokens: prompt, candidates, why } };
+}
+
+/** The chunk without a budget (weights resident, no planner): the smallest size giving expert
+ * matmuls ROWS_PER_EXPERT_CALL rows, or the largest size (no disk reads to weigh). */
+export function residentChunk(cfg: ModelConfig, contextTokens: number, promptTokens = REFERENCE_PROMPT): number {
+  const sizes = chunkSizes(promptTokens, contextTokens);
+  return sizes.find((c) => (c * cfg.topK) / cfg.numExperts >= ROWS_PER_EXPERT_CALL) ?? sizes.at(-1)!;
+}
+
+/** The plan at a fixed prefill chunk (the scratch is sized for it). */
+function planAt(input: PlanInput, chunk: number): FixedPlan {
   const { cfg, budgetBytes, contextTokens } = input;
   const threads = input.threads ?? 1;
-  const chunk = input.prefillChunk ?? DEFAULT_PREFILL_CHUNK;
   if (input.trunkBytesPerLayer.length !== cfg.numLayers)
     throw new K3Error("INTERNAL", `trunk sizes for ${input.trunkBytesPerLayer.length} layers, config has ${cfg.numLayers}`);
   if (!Number.isInteger(contextTokens) || contextTokens < 1) throw new K3Error("USAGE", `context must be ≥ 1 token, got ${contextTokens}`);

@@ -1,10 +1,11 @@
-// k3 plan [DIR | -m DIR] | --config F --index F  [--preset X] [--ram SIZE] [--context N] [--threads N] [--json]
+// k3 plan [DIR | -m DIR] | --config F --index F  [--preset X] [--ram SIZE] [--context N] [--threads N]
+//                                       [--chunk N | --prompt N] [--json]
 // Prints the memory plan (docs/PLAN.md) from the config and tensor sizes alone: no weights read.
 // From a model folder the plan is the one Engine.open makes (the same context rule, default
 // threads and exact read-plan buffer sizes); from metadata the release's layout is assumed.
 import { K3Error } from "../../errors.ts";
 import { formatRanges } from "../../format.ts";
-import { catalogueFromMetadata, contextFor, DEFAULT_CONTEXT, defaultPrefixCacheBytes, gib, openCheckpointCached, parseSize, planInputFromCensus, planMemory, PRESETS, resolveBudget, metadataTrunkSlots, trunkSlots, TRUNK_FORMATS, type TrunkFormat, type MemoryPlan } from "../../inspect.ts";
+import { catalogueFromMetadata, contextFor, DEFAULT_CONTEXT, defaultPrefixCacheBytes, gib, openCheckpointCached, parseSize, planInputFromCensus, planMemory, PRESETS, REFERENCE_PROMPT, resolveBudget, metadataTrunkSlots, trunkSlots, TRUNK_FORMATS, type TrunkFormat, type MemoryPlan } from "../../inspect.ts";
 import { defaultThreads, engineLimits } from "../../engine.ts";
 import { snakeKeys } from "../../report.ts";
 import { defineCommand } from "../command.ts";
@@ -31,6 +32,7 @@ function render(plan: MemoryPlan, budgetSource: string, model: string): string {
   lines.push(
     `disk per decoded token: trunk ${gib(plan.streamedBytesPerToken)} + experts ≤ ${gib(plan.expertBytesPerTokenAllMiss)} (at 0% hits)`,
   );
+  lines.push("", ...renderChunk(plan));
   return `${lines.join("\n")}\n`;
 }
 
@@ -53,6 +55,20 @@ function renderPieces(plan: MemoryPlan): string[] {
   ];
 }
 
+/** The prefill chunk and why: the sizes the planner weighed, in modeled disk bytes. */
+function renderChunk(plan: MemoryPlan): string[] {
+  const c = plan.chunkChoice;
+  const out = [`prefill chunk: ${plan.prefillChunk} tokens — ${c.why}`];
+  if (!c.candidates.length) return out;
+  out.push(`  ${"chunk".padStart(6)}  ${"scratch".padStart(12)}  ${"disk/prompt token".padStart(17)}  ${"disk/decoded token".padStart(18)}  ${"rows/expert matmul".padStart(18)}`);
+  for (const k of c.candidates)
+    out.push(
+      `  ${String(k.chunk).padStart(6)}  ${gib(k.scratchBytes).padStart(12)}  ${gib(k.prefillBytesPerToken).padStart(17)}  ${gib(k.decodeBytesPerToken).padStart(18)}  ${k.rowsPerExpertCall.toFixed(1).padStart(18)}${k.chunk === plan.prefillChunk ? "  ←" : ""}`,
+    );
+  out.push(`  (modeled for a ${c.promptTokens}-token prompt, uniform routing; --chunk N overrides)`);
+  return out;
+}
+
 export default defineCommand({
   meta: { name: "plan", description: "Print the memory plan for a RAM budget (no weights are read)" },
   args: {
@@ -67,6 +83,8 @@ export default defineCommand({
     parallel: { type: "string", valueHint: "N", description: "sessions held at once (k3 serve --parallel; default 1)" },
     "prefix-cache-ram": { type: "string", valueHint: "SIZE", description: "RAM for prefix-cache snapshots (default: k3 serve's share with --parallel, else 0)" },
     trunk: { type: "string", default: "bf16", valueHint: "FORMAT", description: `trunk weights: ${TRUNK_FORMATS.join(" | ")} (int8/int4: a compact trunk from \`k3 pack\`, or what it would be)` },
+    chunk: { type: "string", valueHint: "N", description: "prefill chunk in tokens (default: the planner's choice)" },
+    prompt: { type: "string", valueHint: "N", description: `prompt length the chunk is chosen for (default ${REFERENCE_PROMPT})` },
     json: { type: "boolean", default: false, description: "print the plan as JSON" },
   },
   help: {
@@ -83,6 +101,9 @@ export default defineCommand({
     const threads = positiveInt(args.threads, "--threads", engineLimits().threads, " (the compute pool's limit)") ?? defaultThreads();
     const requestedContext = positiveInt(args.context, "--context");
     const parallel = positiveInt(args.parallel, "--parallel") ?? 1;
+    const chunk = positiveInt(args.chunk, "--chunk");
+    const prompt = positiveInt(args.prompt, "--prompt");
+    if (chunk !== undefined && prompt !== undefined) throw new K3Error("USAGE", "--prompt chooses the chunk; give --chunk or --prompt, not both");
     const trunk = args.trunk as TrunkFormat;
     if (!TRUNK_FORMATS.includes(trunk)) throw new K3Error("USAGE", `--trunk must be ${TRUNK_FORMATS.join(", ")}; got "${args.trunk}"`);
     const source = folderOrMetadata(args, "plan");
@@ -105,7 +126,8 @@ export default defineCommand({
       model = `${source.config} + ${source.index}`;
     }
     const context = contextFor(cfg, requestedContext);
-    const input = planInputFromCensus(cfg, census, budget.bytes, context, threads, undefined, slots);
+    const input = planInputFromCensus(cfg, census, budget.bytes, context, threads, chunk, slots);
+    input.promptTokens = prompt;
     input.parallel = parallel;
     const ram = args["prefix-cache-ram"];
     input.prefixCacheBytes = ram !== undefined ? parseSize(ram) : args.parallel !== undefined ? defaultPrefixCacheBytes(input) : 0;
