@@ -96,7 +96,9 @@ K3_API void k3_matmul_f32(const float* W, const float* X, float* Y,
  * cols must be a multiple of 32. Order: for each group g of 32 columns (increasing g):
  * p[j] = e2m1(c0+j)·x(c0+j) + e2m1(c0+16+j)·x(c0+16+j) for lanes j = 0..15, then
  * acc[j] += p[j] · 2^(s_g − 127); a group with s_g = 255 (NaN) is skipped (contributes 0).
- * Lanes are combined by the halving tree above. Never expands weights in memory. */
+ * Lanes are combined by the halving tree above. Never expands a whole matrix in memory: below 8
+ * tokens per call weights are decoded in registers, from 8 on one 16-row × 256-column tile at a
+ * time (a stack buffer; docs/NUMERICS.md "Batched"). */
 K3_API void k3_matmul_mxfp4(const uint8_t* packed, const uint8_t* scales, const float* X,
                             float* Y, int32_t rows, int32_t cols, int32_t T);
 

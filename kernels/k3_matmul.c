@@ -99,27 +99,38 @@ static void mm_part(void* ctx, int32_t i, int32_t n) {
 #define ARM(f) NULL
 #endif
 
-static void run(mm_job j, mm_rows_fn scalar, mm_rows_fn avx2, mm_rows_fn avx512, mm_rows_fn neon) {
+/* Per ISA: the row-blocked paths (k3_matmul_<isa>.c) below BATCH_MIN_T tokens, the GEMM-blocked
+ * ones (k3_matmul_batch*.c: x86-64 only so far) from there on. Same bits either way
+ * (k3_matmul_internal.h). */
+typedef struct { mm_rows_fn scalar, avx2, avx512, neon, batch_avx2, batch_avx512; } mm_paths;
+
+static void run(mm_job j, mm_paths p) {
   if (j.rows <= 0 || j.T <= 0) return;
-  mm_task t = { j, j.isa == K3_ISA_AVX512 ? avx512 : j.isa == K3_ISA_AVX2 ? avx2 : j.isa == K3_ISA_NEON ? neon : scalar };
+  const int batch = j.T >= BATCH_MIN_T;
+  mm_task t = { j, j.isa == K3_ISA_AVX512 ? (batch ? p.batch_avx512 : p.avx512)
+                 : j.isa == K3_ISA_AVX2 ? (batch ? p.batch_avx2 : p.avx2)
+                 : j.isa == K3_ISA_NEON ? p.neon : p.scalar };
   k3_pool_run_if(mm_part, &t, (int64_t)j.rows * j.cols < SMALL_WEIGHTS);
 }
 
 K3_API void k3_matmul_bf16(const uint16_t* W, const float* X, float* Y,
                            int32_t rows, int32_t cols, int32_t T) {
   mm_job j = { W, NULL, X, Y, rows, cols, T, k3_isa_current() };
-  run(j, bf16_scalar, X86(k3_mm_bf16_avx2), X86(k3_mm_bf16_avx512), ARM(k3_mm_bf16_neon));
+  run(j, (mm_paths){ bf16_scalar, X86(k3_mm_bf16_avx2), X86(k3_mm_bf16_avx512), ARM(k3_mm_bf16_neon),
+                     X86(k3_mm_bf16_batch_avx2), X86(k3_mm_bf16_batch_avx512) });
 }
 
 K3_API void k3_matmul_f32(const float* W, const float* X, float* Y,
                           int32_t rows, int32_t cols, int32_t T) {
   mm_job j = { W, NULL, X, Y, rows, cols, T, k3_isa_current() };
-  run(j, f32_scalar, X86(k3_mm_f32_avx2), X86(k3_mm_f32_avx512), ARM(k3_mm_f32_neon));
+  run(j, (mm_paths){ f32_scalar, X86(k3_mm_f32_avx2), X86(k3_mm_f32_avx512), ARM(k3_mm_f32_neon),
+                     X86(k3_mm_f32_batch_avx2), X86(k3_mm_f32_batch_avx512) });
 }
 
 K3_API void k3_matmul_mxfp4(const uint8_t* packed, const uint8_t* scales, const float* X,
                             float* Y, int32_t rows, int32_t cols, int32_t T) {
   if (cols % 32 != 0) return; /* contract: cols multiple of 32 (checked by the caller) */
   mm_job j = { packed, scales, X, Y, rows, cols, T, k3_isa_current() };
-  run(j, mxfp4_scalar, X86(k3_mm_mxfp4_avx2), X86(k3_mm_mxfp4_avx512), ARM(k3_mm_mxfp4_neon));
+  run(j, (mm_paths){ mxfp4_scalar, X86(k3_mm_mxfp4_avx2), X86(k3_mm_mxfp4_avx512), ARM(k3_mm_mxfp4_neon),
+                     X86(k3_mm_mxfp4_batch_avx2), X86(k3_mm_mxfp4_batch_avx512) });
 }

@@ -7,24 +7,10 @@
  *    stream, which the hardware prefetcher follows best);
  *  - several tokens: 2 rows × 2 tokens (8 accumulators): one weight load / decode per 2 tokens.
  * MXFP4 decode: 4 vector ops per 8 weights (e2m1x8_avx2). */
-#include "k3_matmul_internal.h"
-#include <immintrin.h>
-
-#define TAVX2 __attribute__((target("avx2")))
-#define INLINE __attribute__((always_inline)) static inline
-#define UNROLL _Pragma("clang loop unroll(full)")
+#include "k3_matmul_x86.h"
 /* One-token dense products read rows of at least this many bytes 4 at a time, shorter rows one
  * at a time (the reason is in k3_matmul_avx512.c, same constant). */
 #define DENSE_BLOCK_MIN_ROW_BYTES 12288
-
-/* Lanes 0–7 in a, 8–15 in b → halving tree → v[0]. Matches k3_tree16. */
-TAVX2 INLINE float tree_avx2(__m256 a, __m256 b) {
-  __m256 s8 = _mm256_add_ps(a, b);                                                  /* j<8 */
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1)); /* j<4 */
-  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));                                /* j<2 */
-  __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));                            /* j=0 */
-  return _mm_cvtss_f32(s1);
-}
 
 /* ---------------------------------------------------------------- bf16 / f32 */
 TAVX2 INLINE __m256 load_w8(const void* W, int64_t i, const int bf16) {
@@ -95,14 +81,8 @@ TAVX2 INLINE void dense_rows(const mm_job* j, int64_t r0, int64_t r1, const int 
   }
 }
 
-TAVX2 void k3_mm_bf16_avx2(const mm_job* j, int64_t r0, int64_t r1) {
-  if (j->T >= BATCH_MIN_T) k3_mm_bf16_batch_avx2(j, r0, r1);
-  else dense_rows(j, r0, r1, 1);
-}
-TAVX2 void k3_mm_f32_avx2(const mm_job* j, int64_t r0, int64_t r1) {
-  if (j->T >= BATCH_MIN_T) k3_mm_f32_batch_avx2(j, r0, r1);
-  else dense_rows(j, r0, r1, 0);
-}
+TAVX2 void k3_mm_bf16_avx2(const mm_job* j, int64_t r0, int64_t r1) { dense_rows(j, r0, r1, 1); }
+TAVX2 void k3_mm_f32_avx2(const mm_job* j, int64_t r0, int64_t r1) { dense_rows(j, r0, r1, 0); }
 
 /* ---------------------------------------------------------------- MXFP4 */
 /* The 8 E2M1 magnitudes as f32 bits, each xor'd with (k << 28) for its index k = 0..7 (see below). */
@@ -241,7 +221,6 @@ TAVX2 static void mx_t1_rows(const mm_job* j, int64_t r0, int64_t r1) {
 TAVX2 void k3_mm_mxfp4_avx2(const mm_job* j, int64_t r0, int64_t r1) {
   const int32_t T = j->T;
   int64_t r = r0;
-  if (T >= BATCH_MIN_T) { k3_mm_mxfp4_batch_avx2(j, r0, r1); return; }
   if (T == 1 && j->cols <= XPRE_MAX_COLS) { mx_t1_rows(j, r0, r1); return; }
   for (; r + 4 <= r1; r += 4) {
     int32_t t = 0;

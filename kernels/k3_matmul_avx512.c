@@ -16,28 +16,12 @@
  * the pairing p[j] = w(c0+j)x(c0+j) + w(c0+16+j)x(c0+16+j) holds lane by lane once x is loaded
  * in π order (once per call for one token, else one vpermps per 16 x shared by the block's
  * rows). Before the halving tree the accumulator is permuted back to logical order. */
-#include "k3_matmul_internal.h"
-#include <immintrin.h>
-
-#define T512 __attribute__((target("avx512f,avx512bw")))
-#define INLINE __attribute__((always_inline)) static inline
-#define UNROLL _Pragma("clang loop unroll(full)")
+#include "k3_matmul_x86.h"
 /* One-token dense products read rows of at least this many bytes 4 at a time (4 add chains, one
  * x load per 4 rows); shorter rows one at a time. Measured (docs/BENCH-KERNELS.md): with 14 KB
  * rows 4 side-by-side streams are ~1.6× faster, with ≤ 7 KB rows one row at a time is faster —
  * its single sequential stream keeps the hardware prefetcher ahead, 4 short streams do not. */
 #define DENSE_BLOCK_MIN_ROW_BYTES 12288
-
-/* All 16 lanes in one zmm → halving tree. Matches k3_tree16 (upper 256 bits are lanes 8–15). */
-T512 INLINE float tree_avx512(__m512 v) {
-  __m256 lo = _mm512_castps512_ps256(v);
-  __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-  __m256 s8 = _mm256_add_ps(lo, hi);
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-  return _mm_cvtss_f32(s1);
-}
 
 /* ---------------------------------------------------------------- bf16 / f32 */
 T512 INLINE __m512 load_w16(const void* W, int64_t i, const int bf16) {
@@ -113,14 +97,8 @@ T512 INLINE void dense_rows(const mm_job* j, int64_t r0, int64_t r1, const int b
   }
 }
 
-T512 void k3_mm_bf16_avx512(const mm_job* j, int64_t r0, int64_t r1) {
-  if (j->T >= BATCH_MIN_T) k3_mm_bf16_batch_avx512(j, r0, r1);
-  else dense_rows(j, r0, r1, 1);
-}
-T512 void k3_mm_f32_avx512(const mm_job* j, int64_t r0, int64_t r1) {
-  if (j->T >= BATCH_MIN_T) k3_mm_f32_batch_avx512(j, r0, r1);
-  else dense_rows(j, r0, r1, 0);
-}
+T512 void k3_mm_bf16_avx512(const mm_job* j, int64_t r0, int64_t r1) { dense_rows(j, r0, r1, 1); }
+T512 void k3_mm_f32_avx512(const mm_job* j, int64_t r0, int64_t r1) { dense_rows(j, r0, r1, 0); }
 
 /* ---------------------------------------------------------------- MXFP4 */
 /* 16 weights (8 packed bytes) in π lane order (see the top of the file). */
@@ -203,7 +181,6 @@ T512 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, 
 T512 void k3_mm_mxfp4_avx512(const mm_job* j, int64_t r0, int64_t r1) {
   const int32_t T = j->T;
   int64_t r = r0;
-  if (T >= BATCH_MIN_T) { k3_mm_mxfp4_batch_avx512(j, r0, r1); return; }
   if (T == 1 && j->cols <= XPRE_MAX_COLS) {
     float xp[XPRE_MAX_COLS] __attribute__((aligned(64)));   /* x in π order, 32 KB of stack at most */
     const __m512i pi = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);

@@ -5,12 +5,7 @@
  *  - dense: 2 rows × 3 tokens = 12 accumulators (one half at a time) + 2 weights + x; per 16
  *    columns 10 loads for 12 multiply-add pairs.
  *  - MXFP4: 2 rows × 2 tokens; per group, half and output p = wa·xa + wb·xb, acc += p·s. */
-#include "k3_matmul_internal.h"
-#include <immintrin.h>
-
-#define TAVX2 __attribute__((target("avx2")))
-#define INLINE __attribute__((always_inline)) static inline
-#define UNROLL _Pragma("clang loop unroll(full)")
+#include "k3_matmul_x86.h"
 
 enum { RBMAX = 2, TBD = 3, TBM = 2 };
 
@@ -121,15 +116,9 @@ TAVX2 static void mxfp4(const float* Wt, const float* St, const uint32_t* nan, i
   }
 }
 
-/* The halving tree of k3_tree16 on lanes 0–7 (A[0..7]) and 8–15 (A[8..15]). */
+/* lanes 0–7 at A[0..7], 8–15 at A[8..15] */
 TAVX2 static void reduce(const float* A, int32_t n, float* y) {
-  for (int32_t t = 0; t < n; t++) {
-    __m256 s8 = _mm256_add_ps(_mm256_load_ps(A + t * 16), _mm256_load_ps(A + t * 16 + 8));
-    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-    y[t] = _mm_cvtss_f32(s1);
-  }
+  for (int32_t t = 0; t < n; t++) y[t] = tree_avx2(_mm256_load_ps(A + t * 16), _mm256_load_ps(A + t * 16 + 8));
 }
 
 static const mm_batch_isa dense_isa = { RBMAX, TBD, widen_bf16, decode_mxfp4, dense, mxfp4, reduce };

@@ -5,12 +5,7 @@
  *  - MXFP4: 4 rows × 4 tokens; per group and output p = wa·xa + wb·xb, acc += p·s (5 vector ops
  *    per 32 weight·token products, the k3.h order). A group with scale 255 in some row of the
  *    block takes a merge-masked add for that row (skipped exactly). */
-#include "k3_matmul_internal.h"
-#include <immintrin.h>
-
-#define T512 __attribute__((target("avx512f,avx512bw")))
-#define INLINE __attribute__((always_inline)) static inline
-#define UNROLL _Pragma("clang loop unroll(full)")
+#include "k3_matmul_x86.h"
 
 enum { RBMAX = 4, TBD = 6, TBM = 4 };
 
@@ -123,18 +118,8 @@ T512 static void mxfp4(const float* Wt, const float* St, const uint32_t* nan, in
   }
 }
 
-/* The halving tree of k3_tree16 on one zmm (upper 256 bits are lanes 8–15). */
 T512 static void reduce(const float* A, int32_t n, float* y) {
-  for (int32_t t = 0; t < n; t++) {
-    __m512 v = _mm512_load_ps(A + t * 16);
-    __m256 lo = _mm512_castps512_ps256(v);
-    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-    __m256 s8 = _mm256_add_ps(lo, hi);
-    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
-    y[t] = _mm_cvtss_f32(s1);
-  }
+  for (int32_t t = 0; t < n; t++) y[t] = tree_avx512(_mm512_load_ps(A + t * 16));
 }
 
 /* The table's tb is per kind: dense blocks 6 tokens, MXFP4 4 (register budget). */

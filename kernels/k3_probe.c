@@ -8,6 +8,14 @@
  * This is the only file with FMA instructions; their results are discarded. */
 #include "k3_probe.h"
 #include "k3_internal.h"
+
+#if !defined(__x86_64__)
+/* No probe for this architecture yet (the NEON path's peak was never measured: docs/PORTS.md). */
+K3_API double k3_peak_flops(int32_t isa, int32_t mode, int64_t iters) {
+  (void)isa, (void)mode, (void)iters;
+  return -1;
+}
+#else
 #include <immintrin.h>
 #include <cpuid.h>
 
@@ -75,3 +83,4 @@ K3_API double k3_peak_flops(int32_t isa, int32_t mode, int64_t iters) {
   k3_pool_run(peak_part, &j);
   return 2.0 * (isa == K3_ISA_AVX512 ? 16 : 8) * NCH * (double)iters * k3_pool_size();
 }
+#endif

@@ -1,0 +1,153 @@
+// Decode component profile (docs/BENCH-KERNELS.md, "Decode"): where a decoded token's time goes
+// on a model (the slice by default), next to its memory floor — the bytes a token must touch
+// (every resident trunk weight, lm_head, its top-k experts per MoE layer, the MLA cache and KDA
+// state) ÷ the memory read rate measured in the same process with the same threads.
+// Opt-in; the resident slice takes ~14 GB: run it under `flock /work/locks/bigmem`.
+//
+//   bun bench/decode-profile.ts [--model models/slice] [--ram SIZE | resident] [--threads 2]
+//                               [--prompt 32] [--tokens 16] [--runs 3] [--isa auto] [--json out]
+//
+// How: every kernel binding is wrapped with a timer (≈ 50 ns per call, ~1,000 calls per token),
+// and the model's layer-part methods (KDA, MLA, AttnRes mix, norms, router, MoE, dense FFN,
+// final logits) push a tag, so each kernel call's time is charged to the innermost part that
+// made it. "JS, FFI and pool" is the step's wall time minus every kernel call's time. Runs
+// (engine opened once, decode repeated) alternate nothing: one arm; rounds show the spread.
+import { writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { Engine, type EngineOptions } from "../src/engine.ts";
+import { loadKernels } from "../src/kernels.ts";
+import { Model } from "../src/model/forward.ts";
+import { cpuInfo, loadAvg } from "./machine.ts";
+
+const ROOT = resolve(import.meta.dir, "..");
+const arg = (name: string, dflt: string) => {
+  const i = process.argv.indexOf(name);
+  return i > 0 ? process.argv[i + 1]! : dflt;
+};
+const model = resolve(arg("--model", join(ROOT, "models/slice")));
+const ram = arg("--ram", "resident");
+const threads = Number(arg("--threads", "2"));
+const promptLen = Number(arg("--prompt", "32"));
+const TOKENS = Number(arg("--tokens", "16"));
+const RUNS = Number(arg("--runs", "3"));
+const isa = arg("--isa", "auto") as EngineOptions["isa"];
+const jsonOut = arg("--json", "");
+
+// ---- instrumentation: kernel timers charged to the innermost model part on the stack
+const k = loadKernels() as unknown as Record<string, (...a: unknown[]) => unknown>;
+const tags: string[] = ["other"];
+const cost = new Map<string, { ns: number; calls: number }>(); // "part\tkernel"
+let counting = false;
+for (const name of Object.keys(k)) {
+  const f = k[name]!;
+  if (typeof f !== "function" || !name.startsWith("k3_")) continue;
+  k[name] = (...a: unknown[]) => {
+    if (!counting) return f(...a);
+    const t0 = Bun.nanoseconds();
+    const r = f(...a);
+    const key = `${tags.at(-1)}\t${name}`;
+    const c = cost.get(key) ?? cost.set(key, { ns: 0, calls: 0 }).get(key)!;
+    c.ns += Bun.nanoseconds() - t0;
+    c.calls++;
+    return r;
+  };
+}
+const parts: Record<string, string> = {
+  kda: "KDA", mla: "MLA", mix: "AttnRes mix", norm: "norms", route: "router", moe: "MoE (experts, shared, latent)",
+  glu: "dense FFN / shared experts", finalLogits: "final mix + lm_head", lookaheadRouter: "router lookahead",
+};
+const proto = Model.prototype as unknown as Record<string, (...a: unknown[]) => unknown>;
+for (const [m, label] of Object.entries(parts)) {
+  const f = proto[m];
+  if (typeof f !== "function") throw new Error(`Model.${m} not found: update bench/decode-profile.ts`);
+  proto[m] = function (this: unknown, ...a: unknown[]) {
+    tags.push(label);
+    try {
+      return f.apply(this, a);
+    } finally {
+      tags.pop();
+    }
+  };
+}
+
+// ---- the run
+const say = (s: string) => process.stderr.write(`[decode-profile] ${s}\n`);
+const opts: EngineOptions = { threads, isa, ...(ram === "resident" ? { resident: true } : { ram }) };
+say(`opening ${model} (${ram}, ${threads} threads)…`);
+const engine = Engine.open(model, opts);
+const cfg = engine.config;
+const census = (engine as unknown as { checkpoint: { layout: { census: { trunkBytesPerLayer: number[]; expertBytes: number; headBytes: number; finalBytes: number } } } }).checkpoint.layout.census;
+
+function memReadGBs(): number {
+  const bytes = 2 ** 30;
+  const p = (k.k3_mem_alloc as (b: number, a: number) => number)(bytes, 4096);
+  const sum = k.k3_mem_read_sum as (p: number, b: number) => bigint;
+  sum(p, bytes);
+  let best = 0;
+  for (let i = 0; i < 3; i++) {
+    const t0 = Bun.nanoseconds();
+    sum(p, bytes);
+    best = Math.max(best, bytes / ((Bun.nanoseconds() - t0) / 1e9) / 1e9);
+  }
+  (k.k3_mem_free as (p: number) => void)(p);
+  return best;
+}
+
+/** Bytes a decoded token at position `pos` touches: trunk, head, top-k experts per MoE layer, MLA cache rows, KDA state (read + written). */
+function bytesTouched(pos: number): number {
+  const trunk = census.trunkBytesPerLayer.reduce((a, b) => a + b, 0) + census.headBytes + census.finalBytes;
+  const experts = (cfg.numLayers - cfg.firstKDense) * cfg.topK * census.expertBytes;
+  const mla = cfg.layerKinds.filter((x) => x === "mla").length * pos * (cfg.kvLoraRank + cfg.qkRope) * 4;
+  const kda = cfg.layerKinds.filter((x) => x === "kda").length * cfg.kdaHeads * cfg.kdaHeadDim * cfg.kdaHeadDim * 4 * 2;
+  return trunk + experts + mla + kda;
+}
+
+const prompt = Array.from({ length: promptLen }, (_, i) => (i * 7919 + 13) % cfg.vocab);
+const rounds: { sPerToken: number; bw: number; floorS: number; stepMs: number[]; cost: [string, { ns: number; calls: number }][]; load: string }[] = [];
+for (let run = 1; run <= RUNS; run++) {
+  const load = loadAvg();
+  const bw = memReadGBs();
+  const s = engine.createSession();
+  cost.clear();
+  const stepMs: number[] = [];
+  const it = engine.generate(s, prompt, { maxTokens: TOKENS + 1 });
+  for (let r = it.next(); !r.done; r = it.next()) {
+    if (r.value.index === 0) {
+      counting = true; // decode steps only
+      continue;
+    }
+    stepMs.push(r.value.ms);
+  }
+  counting = false;
+  s.close();
+  const sPerToken = stepMs.reduce((a, b) => a + b, 0) / stepMs.length / 1000;
+  const floorS = bytesTouched(promptLen + TOKENS / 2) / (bw * 1e9);
+  rounds.push({ sPerToken, bw, floorS, stepMs, cost: [...cost], load });
+  say(`round ${run}: ${sPerToken.toFixed(3)} s/token, floor ${floorS.toFixed(3)} s (${bw.toFixed(1)} GB/s), ratio ${(sPerToken / floorS).toFixed(2)}; load ${load}`);
+}
+engine.close();
+
+// ---- report: the round with the fastest decode (least disturbed), every round's totals
+const best = rounds.reduce((a, b) => (b.sPerToken < a.sPerToken ? b : a));
+const per = (ns: number) => ns / 1e6 / TOKENS; // ms per token
+const byPart = new Map<string, number>(), byKernel = new Map<string, { ns: number; calls: number }>();
+for (const [key, c] of best.cost) {
+  const [part, kern] = key.split("\t") as [string, string];
+  byPart.set(part, (byPart.get(part) ?? 0) + c.ns);
+  const kk = byKernel.get(kern) ?? byKernel.set(kern, { ns: 0, calls: 0 }).get(kern)!;
+  kk.ns += c.ns;
+  kk.calls += c.calls;
+}
+const stepMsTotal = best.sPerToken * 1000;
+const kernelMs = per([...byPart.values()].reduce((a, b) => a + b, 0));
+const cpu = cpuInfo();
+console.log(`CPU: ${cpu.model}; ${cpu.vectorFlags.join(" ")}; model ${model}; ${ram}; ${threads} threads; ISA ${isa}; prompt ${promptLen}, ${TOKENS} decoded tokens per round`);
+console.log(`rounds (s/token; floor; read GB/s; load): ${rounds.map((r) => `${r.sPerToken.toFixed(3)}; ${r.floorS.toFixed(3)}; ${r.bw.toFixed(1)}; ${r.load}`).join(" | ")}`);
+console.log(`bytes touched per token: ${(bytesTouched(promptLen + TOKENS / 2) / 1e9).toFixed(2)} GB; best round ${best.sPerToken.toFixed(3)} s/token = ${(best.sPerToken / best.floorS).toFixed(2)}× its floor ${best.floorS.toFixed(3)} s\n`);
+console.log("| part | ms/token | share |\n|---|---|---|");
+for (const [part, ns] of [...byPart].sort((a, b) => b[1] - a[1])) console.log(`| ${part} | ${per(ns).toFixed(2)} | ${((100 * per(ns)) / stepMsTotal).toFixed(1)}% |`);
+console.log(`| JS, FFI and pool (step − kernel calls) | ${(stepMsTotal - kernelMs).toFixed(2)} | ${((100 * (stepMsTotal - kernelMs)) / stepMsTotal).toFixed(1)}% |`);
+console.log("\n| kernel | calls/token | ms/token | µs/call |\n|---|---|---|---|");
+for (const [kern, c] of [...byKernel].sort((a, b) => b[1].ns - a[1].ns))
+  console.log(`| ${kern} | ${(c.calls / TOKENS).toFixed(0)} | ${per(c.ns).toFixed(2)} | ${(c.ns / c.calls / 1e3).toFixed(1)} |`);
+if (jsonOut) writeFileSync(jsonOut, JSON.stringify({ cpu, model, ram, threads, isa, promptLen, tokens: TOKENS, rounds }, null, 1));

@@ -1,0 +1,174 @@
+// Prefill benchmark (docs/BENCH-KERNELS.md, "Prefill"): tokens/s of long prompts on a model (the
+// slice preset by default), per budget and per arm, with the weight math's GFLOP/s against the
+// f32 peaks (bench/peak.ts) measured in the same run. Opt-in, never part of `npm test`; uses
+// more than 4 GB: run it under `flock /work/locks/bigmem` on a shared machine.
+//
+//   bun bench/prefill.ts [--model models/slice] [--prompts 256,1024] [--budgets resident,6G]
+//                        [--arms today,kernels,planner] [--old bench/out/old/libkernels.so]
+//                        [--runs 3] [--threads 2] [--isa auto] [--json out.json]
+//
+// Arms (each run in its own process; rounds interleave every arm, so drift hits all alike):
+//   today    the old kernel library (--old, loaded with K3_KERNELS) at the old default chunk 32
+//   kernels  this library at chunk 32                         (the kernels' effect alone)
+//   planner  this library at the planner's chunk (no --chunk)  (kernels + chunk choice)
+// Every run of one prompt must give the same last-logit bits (arms, budgets, runs): checked.
+// GFLOP/s counts the weight math of the pass (2 per weight·token: every matmul the forward pass
+// makes, and lm_head once), not attention scores or elementwise work.
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { join, resolve } from "node:path";
+import { tmpdir } from "node:os";
+import type { ModelConfig } from "../src/checkpoint/types.ts";
+import { Engine, type EngineOptions } from "../src/engine.ts";
+import { cpuInfo, loadAvg } from "./machine.ts";
+
+const ROOT = resolve(import.meta.dir, "..");
+
+interface Spec {
+  model: string;
+  budget: string; // "resident" or a --ram size
+  arm: string;
+  lib?: string; // K3_KERNELS for this run
+  chunk?: number;
+  threads: number;
+  isa: "auto" | "avx2" | "avx512";
+  promptTokens: number;
+}
+interface Result {
+  ok: boolean;
+  error?: string;
+  chunk?: number;
+  prefillS?: number;
+  cpuS?: number;
+  bytesRead?: number;
+  reads?: number;
+  flops?: number;
+  logitsSha?: string;
+  load?: string;
+}
+
+/** 2 × weights used per token by the forward pass's matmuls (src/model/forward.ts), plus lm_head once. */
+export function weightFlops(c: ModelConfig, tokens: number): number {
+  const E = c.hidden, P = c.kdaHeads * c.kdaHeadDim, D = c.kdaHeadDim;
+  const kda = 4 * P * E + D * E + P * D + c.kdaHeads * E + E * P; // q,k,v,g; f_a; f_b; b; o
+  const qk = c.qkNope + c.qkRope;
+  const mla =
+    c.qLoraRank * E + c.mlaHeads * qk * c.qLoraRank + (c.kvLoraRank + c.qkRope) * E + 2 * c.mlaHeads * c.vHead * E +
+    c.mlaHeads * (c.qkNope + c.vHead) * c.kvLoraRank; // kv_b absorbed: q_lat and the output
+  const dense = 3 * c.denseInter * E;
+  const moe = c.numExperts * E + c.latent * E + 3 * c.numSharedExperts * c.moeInter * E + c.topK * 3 * c.moeInter * c.latent + E * c.latent;
+  let perToken = 0;
+  for (let L = 0; L < c.numLayers; L++) perToken += (c.layerKinds[L] === "kda" ? kda : mla) + (L < c.firstKDense ? dense : moe);
+  return 2 * (perToken * tokens + c.vocab * E);
+}
+
+function runChild(spec: Spec): Result {
+  const opts: EngineOptions = { threads: spec.threads, isa: spec.isa, chunk: spec.chunk };
+  if (spec.budget === "resident") opts.resident = true;
+  else opts.ram = spec.budget;
+  const engine = Engine.open(spec.model, opts);
+  try {
+    const s = engine.createSession();
+    const prompt = Array.from({ length: spec.promptTokens }, (_, i) => (i * 7919 + 13) % engine.config.vocab);
+    const before = engine.stats();
+    const c0 = process.cpuUsage(), t0 = performance.now();
+    const logits = engine.prefill(s, prompt);
+    const prefillS = (performance.now() - t0) / 1000, c = process.cpuUsage(c0);
+    const after = engine.stats();
+    return {
+      ok: true,
+      chunk: engine.prefillChunk,
+      prefillS,
+      cpuS: (c.user + c.system) / 1e6,
+      bytesRead: after.trunkBytesRead + after.expertBytesRead - before.trunkBytesRead - before.expertBytesRead,
+      reads: after.reads - before.reads,
+      flops: weightFlops(engine.config, prompt.length),
+      logitsSha: createHash("sha256").update(new Uint8Array(logits.buffer, logits.byteOffset, logits.byteLength)).digest("hex"),
+    };
+  } finally {
+    engine.close();
+  }
+}
+
+if (process.argv[2] === "--child") {
+  const [specPath, outPath] = process.argv.slice(3);
+  let r: Result;
+  try {
+    r = runChild(JSON.parse(readFileSync(specPath!, "utf8")) as Spec);
+  } catch (err) {
+    r = { ok: false, error: String((err as Error).message ?? err).split("\n")[0] };
+  }
+  writeFileSync(outPath!, JSON.stringify(r));
+  process.exit(r.ok ? 0 : 1);
+}
+
+// ---------------------------------------------------------------- parent
+const arg = (name: string, dflt: string) => {
+  const i = process.argv.indexOf(name);
+  return i > 0 ? process.argv[i + 1]! : dflt;
+};
+const model = resolve(arg("--model", join(ROOT, "models/slice")));
+const prompts = arg("--prompts", "256,1024").split(",").map(Number);
+const budgets = arg("--budgets", "resident,6G").split(",");
+const armNames = arg("--arms", "today,kernels,planner").split(",");
+const oldLib = arg("--old", join(ROOT, "bench/out/old/libkernels.so"));
+const RUNS = Number(arg("--runs", "3"));
+const threads = Number(arg("--threads", "2"));
+const isa = arg("--isa", "auto") as Spec["isa"];
+const jsonOut = arg("--json", "");
+if (armNames.includes("today") && !existsSync(oldLib)) throw new Error(`--old ${oldLib}: no such library (the "today" arm needs the pre-change kernels)`);
+const say = (s: string) => process.stderr.write(`[prefill] ${s}\n`);
+
+const { peakGflops } = await import("./peak.ts");
+const isaId = isa === "avx2" ? 1 : 2;
+const arms = armNames.map((a) => ({ arm: a, lib: a === "today" ? oldLib : undefined, chunk: a === "planner" ? undefined : 32 }));
+const scratch = tmpdir();
+const rows: { key: string; spec: Spec; results: Result[] }[] = [];
+for (const n of prompts) for (const b of budgets) for (const a of arms)
+  rows.push({ key: `${n}/${b}/${a.arm}`, spec: { model, budget: b, arm: a.arm, lib: a.lib, chunk: a.chunk, threads, isa, promptTokens: n }, results: [] });
+const peaks: { round: number; mulAdd: number; fma: number }[] = [];
+for (let run = 1; run <= RUNS; run++) {
+  const pa = peakGflops(isaId, "mul+add", threads), pf = peakGflops(isaId, "fma", threads);
+  peaks.push({ round: run, mulAdd: pa.wall, fma: pf.wall });
+  say(`round ${run}/${RUNS}: peak ${pa.wall.toFixed(0)} / ${pf.wall.toFixed(0)} GFLOP/s (mul+add / FMA), load ${loadAvg()}`);
+  for (const row of run % 2 ? rows : [...rows].reverse()) {
+    const specPath = join(scratch, `k3-prefill-spec-${process.pid}.json`), outPath = specPath.replace("spec", "out");
+    writeFileSync(specPath, JSON.stringify(row.spec));
+    const load = loadAvg();
+    const env = { ...process.env, ...(row.spec.lib ? { K3_KERNELS: row.spec.lib } : {}) };
+    const p = Bun.spawnSync([process.execPath, import.meta.path, "--child", specPath, outPath], { env, stdout: "inherit", stderr: "inherit" });
+    const r: Result = existsSync(outPath) ? JSON.parse(readFileSync(outPath, "utf8")) : { ok: false, error: `child exited ${p.exitCode}` };
+    r.load = load;
+    row.results.push(r);
+    say(`${row.key}: ${r.ok ? `${(row.spec.promptTokens / r.prefillS!).toFixed(2)} tok/s (chunk ${r.chunk}, ${(r.prefillS!).toFixed(1)} s)` : r.error}`);
+  }
+}
+
+// ---------------------------------------------------------------- report
+const best = (xs: number[]) => Math.max(...xs);
+const tps = (row: (typeof rows)[number]) => row.results.filter((r) => r.ok).map((r) => row.spec.promptTokens / r.prefillS!);
+const peakFma = best(peaks.map((p) => p.fma)), peakMulAdd = best(peaks.map((p) => p.mulAdd));
+const cpu = cpuInfo();
+console.log(`CPU: ${cpu.model}; ${navigator.hardwareConcurrency} threads visible; ${cpu.vectorFlags.join(" ")}; model ${model}; ${threads} threads; ISA ${isa}`);
+console.log(`${RUNS} rounds, every arm once per round (alternating order); load average at each run start: ${rows.flatMap((r) => r.results.map((x) => x.load!.split(" ")[0])).join(", ")}`);
+console.log(`peak GFLOP/s of the same run (${threads} threads, best of ${RUNS}): mul+add ${peakMulAdd.toFixed(1)}, FMA ${peakFma.toFixed(1)}\n`);
+console.log("| prompt | budget | arm | chunk | tokens/s (each round) | best | × today | weight GFLOP/s (best) | / FMA peak | / mul+add peak | tokens per CPU-s × threads (best) | × today (CPU) | disk GB read | identical logits |");
+console.log("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+const identity = new Map<number, Set<string>>();
+for (const row of rows) for (const r of row.results) if (r.ok) (identity.get(row.spec.promptTokens) ?? identity.set(row.spec.promptTokens, new Set()).get(row.spec.promptTokens)!).add(r.logitsSha!);
+for (const row of rows) {
+  const t = tps(row);
+  const ok = row.results.filter((r) => r.ok);
+  const today = rows.find((r) => r.key === `${row.spec.promptTokens}/${row.spec.budget}/today`);
+  const ratio = today && tps(today).length && t.length ? (best(t) / best(tps(today))).toFixed(2) : "—";
+  const gflops = ok.length ? best(ok.map((r) => r.flops! / r.prefillS! / 1e9)) : NaN;
+  const bytes = ok.length ? (ok[0]!.bytesRead! / 1e9).toFixed(1) : "—";
+  // On a machine shared with other work: tokens per CPU-second × threads is what the cores do while they run.
+  const cpuRate = (rw: (typeof rows)[number]) => rw.results.filter((r) => r.ok).map((r) => (rw.spec.promptTokens / r.cpuS!) * threads);
+  const c = cpuRate(row), ct = today ? cpuRate(today) : [];
+  const cpuRatio = c.length && ct.length ? (best(c) / best(ct)).toFixed(2) : "—";
+  console.log(`| ${row.spec.promptTokens} | ${row.spec.budget} | ${row.spec.arm} | ${ok[0]?.chunk ?? "—"} | ${t.map((x) => x.toFixed(2)).join(" / ") || row.results.map((r) => r.error).join("; ")} | ${t.length ? best(t).toFixed(2) : "—"} | ${ratio} | ${gflops.toFixed(1)} | ${(gflops / peakFma).toFixed(2)} | ${(gflops / peakMulAdd).toFixed(2)} | ${c.length ? best(c).toFixed(2) : "—"} | ${cpuRatio} | ${bytes} | ${identity.get(row.spec.promptTokens)!.size === 1 ? "yes" : "NO"} |`);
+}
+if (jsonOut) writeFileSync(jsonOut, JSON.stringify({ cpu, model, threads, isa, peaks, rows }, null, 1));
+const failed = rows.some((r) => r.results.some((x) => !x.ok)) || [...identity.values()].some((s) => s.size !== 1);
+process.exit(failed ? 1 : 0);
