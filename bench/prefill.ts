@@ -14,7 +14,7 @@
 // Every run of one prompt must give the same last-logit bits (arms, budgets, runs): checked.
 // GFLOP/s counts the weight math of the pass (2 per weight·token: every matmul the forward pass
 // makes, and lm_head once), not attention scores or elementwise work.
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createHash } from "node:crypto";
 import { join, resolve } from "node:path";
 import { tmpdir } from "node:os";
@@ -134,6 +134,7 @@ for (let run = 1; run <= RUNS; run++) {
   for (const row of run % 2 ? rows : [...rows].reverse()) {
     const specPath = join(scratch, `k3-prefill-spec-${process.pid}.json`), outPath = specPath.replace("spec", "out");
     writeFileSync(specPath, JSON.stringify(row.spec));
+    rmSync(outPath, { force: true }); // never read a previous run's result
     const load = loadAvg();
     const env = { ...process.env, ...(row.spec.lib ? { K3_KERNELS: row.spec.lib } : {}) };
     const p = Bun.spawnSync([process.execPath, import.meta.path, "--child", specPath, outPath], { env, stdout: "inherit", stderr: "inherit" });

@@ -117,7 +117,10 @@ async function serveAltered(tag: string, alter: (dir: string) => void): Promise<
   const dir = join(scratchDir(tag), "m");
   cpSync(await tinyModel("tiny-a"), dir, { recursive: true });
   alter(dir);
-  const e = Engine.open(dir, { threads: 2 });
+  // Chunk 32 (not the planner's choice, which takes a chat prompt in one pass): the 38-token chat
+  // prompt then takes two prefill steps, so a stream has started when an error comes (an error
+  // before the first step is a plain HTTP error, not an SSE event).
+  const e = Engine.open(dir, { threads: 2, chunk: 32 });
   return { engine: e, server: serve(e) };
 }
 
