@@ -42,7 +42,8 @@ describe("k3 run --speculate", () => {
     const bad = k3(["run", model, "--ids", "1,2,3", "--gen", "2", "--speculate", "lots"]);
     expect(bad.code).toBe(2);
     expect(bad.err).toContain("--speculate must be auto, off or a number");
-    const big = k3(["run", model, "--ids", "1,2,3", "--gen", "2", "--speculate", "40"]);
+    // --chunk 32: the planner's own chunk for this tiny model (256) would verify 40 drafts
+    const big = k3(["run", model, "--ids", "1,2,3", "--gen", "2", "--speculate", "40", "--chunk", "32"]);
     expect(big.code).toBe(2);
     expect(big.err).toContain("--chunk 41");
   });
