@@ -6,6 +6,9 @@
 //
 //   bun bench/decode-profile.ts [--model models/slice] [--ram SIZE | resident] [--threads 2]
 //                               [--prompt 32] [--tokens 16] [--runs 3] [--isa auto] [--json out]
+//                               [--phase decode | prefill] [--chunk N]
+// --phase prefill profiles the prompt's prefill instead (per prompt token; matmul GFLOP/s from
+// each call's rows × cols × T), e.g. `--phase prefill --prompt 256`.
 //
 // How: every kernel binding is wrapped with a timer (≈ 50 ns per call, ~1,000 calls per token),
 // and the model's layer-part methods (KDA, MLA, AttnRes mix, norms, router, MoE, dense FFN,
@@ -27,16 +30,22 @@ const arg = (name: string, dflt: string) => {
 const model = resolve(arg("--model", join(ROOT, "models/slice")));
 const ram = arg("--ram", "resident");
 const threads = Number(arg("--threads", "2"));
-const promptLen = Number(arg("--prompt", "32"));
-const TOKENS = Number(arg("--tokens", "16"));
+const promptLen = Number(arg("--prompt", arg("--phase", "decode") === "prefill" ? "256" : "32"));
+const TOKENS = arg("--phase", "decode") === "prefill" ? Number(arg("--prompt", "256")) : Number(arg("--tokens", "16"));
 const RUNS = Number(arg("--runs", "3"));
 const isa = arg("--isa", "auto") as EngineOptions["isa"];
 const jsonOut = arg("--json", "");
+const phase = arg("--phase", "decode");
+const chunkArg = arg("--chunk", "");
 
 // ---- instrumentation: kernel timers charged to the innermost model part on the stack
 const k = loadKernels() as unknown as Record<string, (...a: unknown[]) => unknown>;
 const tags: string[] = ["other"];
-const cost = new Map<string, { ns: number; calls: number }>(); // "part\tkernel"
+const cost = new Map<string, { ns: number; calls: number; flops: number }>(); // "part\tkernel"
+/** 2·rows·cols·T of a matmul call (argument positions from src/kernels.ts), else 0. */
+const matmulFlops = (name: string, a: unknown[]): number =>
+  name === "k3_matmul_mxfp4" ? 2 * (a[4] as number) * (a[5] as number) * (a[6] as number)
+  : name === "k3_matmul_bf16" || name === "k3_matmul_f32" ? 2 * (a[3] as number) * (a[4] as number) * (a[5] as number) : 0;
 let counting = false;
 for (const name of Object.keys(k)) {
   const f = k[name]!;
@@ -46,9 +55,10 @@ for (const name of Object.keys(k)) {
     const t0 = Bun.nanoseconds();
     const r = f(...a);
     const key = `${tags.at(-1)}\t${name}`;
-    const c = cost.get(key) ?? cost.set(key, { ns: 0, calls: 0 }).get(key)!;
+    const c = cost.get(key) ?? cost.set(key, { ns: 0, calls: 0, flops: 0 }).get(key)!;
     c.ns += Bun.nanoseconds() - t0;
     c.calls++;
+    c.flops += matmulFlops(name, a);
     return r;
   };
 }
@@ -72,7 +82,7 @@ for (const [m, label] of Object.entries(parts)) {
 
 // ---- the run
 const say = (s: string) => process.stderr.write(`[decode-profile] ${s}\n`);
-const opts: EngineOptions = { threads, isa, ...(ram === "resident" ? { resident: true } : { ram }) };
+const opts: EngineOptions = { threads, isa, ...(chunkArg ? { chunk: Number(chunkArg) } : {}), ...(ram === "resident" ? { resident: true } : { ram }) };
 say(`opening ${model} (${ram}, ${threads} threads)…`);
 const engine = Engine.open(model, opts);
 const cfg = engine.config;
@@ -103,22 +113,30 @@ function bytesTouched(pos: number): number {
 }
 
 const prompt = Array.from({ length: promptLen }, (_, i) => (i * 7919 + 13) % cfg.vocab);
-const rounds: { sPerToken: number; bw: number; floorS: number; stepMs: number[]; cost: [string, { ns: number; calls: number }][]; load: string }[] = [];
+const rounds: { sPerToken: number; bw: number; floorS: number; stepMs: number[]; cost: [string, { ns: number; calls: number; flops: number }][]; load: string }[] = [];
 for (let run = 1; run <= RUNS; run++) {
   const load = loadAvg();
   const bw = memReadGBs();
   const s = engine.createSession();
   cost.clear();
   const stepMs: number[] = [];
-  const it = engine.generate(s, prompt, { maxTokens: TOKENS + 1 });
-  for (let r = it.next(); !r.done; r = it.next()) {
-    if (r.value.index === 0) {
-      counting = true; // decode steps only
-      continue;
+  if (phase === "prefill") {
+    counting = true;
+    const t0 = performance.now();
+    engine.prefill(s, prompt);
+    stepMs.push((performance.now() - t0) / TOKENS); // "per token" below divides by TOKENS = the prompt
+    counting = false;
+  } else {
+    const it = engine.generate(s, prompt, { maxTokens: TOKENS + 1 });
+    for (let r = it.next(); !r.done; r = it.next()) {
+      if (r.value.index === 0) {
+        counting = true; // decode steps only
+        continue;
+      }
+      stepMs.push(r.value.ms);
     }
-    stepMs.push(r.value.ms);
+    counting = false;
   }
-  counting = false;
   s.close();
   const sPerToken = stepMs.reduce((a, b) => a + b, 0) / stepMs.length / 1000;
   const floorS = bytesTouched(promptLen + TOKENS / 2) / (bw * 1e9);
@@ -130,13 +148,14 @@ engine.close();
 // ---- report: the round with the fastest decode (least disturbed), every round's totals
 const best = rounds.reduce((a, b) => (b.sPerToken < a.sPerToken ? b : a));
 const per = (ns: number) => ns / 1e6 / TOKENS; // ms per token
-const byPart = new Map<string, number>(), byKernel = new Map<string, { ns: number; calls: number }>();
+const byPart = new Map<string, number>(), byKernel = new Map<string, { ns: number; calls: number; flops: number }>();
 for (const [key, c] of best.cost) {
   const [part, kern] = key.split("\t") as [string, string];
   byPart.set(part, (byPart.get(part) ?? 0) + c.ns);
-  const kk = byKernel.get(kern) ?? byKernel.set(kern, { ns: 0, calls: 0 }).get(kern)!;
+  const kk = byKernel.get(kern) ?? byKernel.set(kern, { ns: 0, calls: 0, flops: 0 }).get(kern)!;
   kk.ns += c.ns;
   kk.calls += c.calls;
+  kk.flops += c.flops;
 }
 const stepMsTotal = best.sPerToken * 1000;
 const kernelMs = per([...byPart.values()].reduce((a, b) => a + b, 0));
@@ -147,7 +166,7 @@ console.log(`bytes touched per token: ${(bytesTouched(promptLen + TOKENS / 2) / 
 console.log("| part | ms/token | share |\n|---|---|---|");
 for (const [part, ns] of [...byPart].sort((a, b) => b[1] - a[1])) console.log(`| ${part} | ${per(ns).toFixed(2)} | ${((100 * per(ns)) / stepMsTotal).toFixed(1)}% |`);
 console.log(`| JS, FFI and pool (step − kernel calls) | ${(stepMsTotal - kernelMs).toFixed(2)} | ${((100 * (stepMsTotal - kernelMs)) / stepMsTotal).toFixed(1)}% |`);
-console.log("\n| kernel | calls/token | ms/token | µs/call |\n|---|---|---|---|");
+console.log("\n| kernel | calls/token | ms/token | µs/call | GFLOP/s (matmuls: 2·rows·cols·T per call) |\n|---|---|---|---|---|");
 for (const [kern, c] of [...byKernel].sort((a, b) => b[1].ns - a[1].ns))
-  console.log(`| ${kern} | ${(c.calls / TOKENS).toFixed(0)} | ${per(c.ns).toFixed(2)} | ${(c.ns / c.calls / 1e3).toFixed(1)} |`);
+  console.log(`| ${kern} | ${(c.calls / TOKENS).toFixed(1)} | ${per(c.ns).toFixed(2)} | ${(c.ns / c.calls / 1e3).toFixed(1)} | ${c.flops ? (c.flops / c.ns).toFixed(1) : ""} |`);
 if (jsonOut) writeFileSync(jsonOut, JSON.stringify({ cpu, model, ram, threads, isa, promptLen, tokens: TOKENS, rounds }, null, 1));
