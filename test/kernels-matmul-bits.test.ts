@@ -6,7 +6,12 @@
 // multiple of the row block, T from 1 to 9 (token blocks of 4 plus tails), column tails of
 // 0..15 for bf16/f32, short and long (≥ 12 KB: read 4 rows at a time) rows at T = 1, NaN-scale
 // groups, scales 0/1/254 (subnormal and huge), −0 weights.
-import { describe, expect, test } from "bun:test";
+import { describe, expect, setDefaultTimeout, test } from "bun:test";
+
+// Every path × 3 thread counts × every case, scalar included: seconds natively, ~10× that under
+// qemu-aarch64 (test/arm64.test.ts runs this file with bun's default 5 s limit). No timing is
+// asserted; the limit only has to outlast a slow machine.
+setDefaultTimeout(300_000);
 import { ISA } from "../src/kernels.ts";
 import { k, rng, randF32, randBF16, randMXFP4, withIsaThreads, bitsHash, supported } from "./kernels.helpers.ts";
 
