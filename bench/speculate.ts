@@ -3,6 +3,10 @@
 // `npm test`. docs/SPECULATION.md says what each arm shows and holds the last full report.
 //
 //   bun run bench/speculate.ts [--quick] [--runs N] [--tokens N] [--ram SIZE] [--model DIR] [--no-docs]
+//   bun run bench/speculate.ts --round R [...]      one round (R) of the compared arms: a piece of a
+//                                                    run split to fit a lock slot (shared machine)
+//   bun run bench/speculate.ts --illustrate [...]    the once-arm alone, with an `off` run to pair it
+//   bun run bench/speculate.ts --merge A.json B.json …   one report (and the doc section) from pieces
 //
 // Arms (each run a separate `bun bench/stream.ts` process; round r runs every arm once):
 //   off                   speculation off: the baseline, and the reference ids
@@ -14,8 +18,8 @@
 // generated token = the engine's counters over the same tokens (deterministic for a given arm).
 // Ratios pair each run with the `off` run of the same round. Every arm must produce the
 // reference ids (greedy output is identical with speculation on and off).
-import { existsSync, mkdirSync, rmSync } from "node:fs";
-import { join } from "node:path";
+import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
+import { join, resolve } from "node:path";
 import { tmpdir } from "node:os";
 import type { ArmResult, ArmSpec } from "./stream.ts";
 import { machineInfo, type MachineInfo } from "./machine.ts";
@@ -25,17 +29,37 @@ const say = (s: string) => process.stderr.write(`[bench:spec] ${s}\n`);
 
 interface Args extends CommonArgs {
   ram: string;
+  /** Run only this round (the compared arms; the once-arms need --illustrate). */
+  round?: number;
+  /** Run only `off` and the once-arms. */
+  illustrate: boolean;
+  /** Reports (JSON) to merge instead of running anything. */
+  merge: string[];
 }
 
 function parseArgs(argv: string[]): Args {
   let ram = "6G";
-  const usage = "bench/speculate.ts [--quick] [--runs N] [--tokens N] [--ram SIZE] [--model DIR] [--no-docs]";
+  let round: number | undefined;
+  let illustrate = false;
+  const merge: string[] = [];
+  const usage = "bench/speculate.ts [--quick] [--runs N] [--tokens N] [--ram SIZE] [--model DIR] [--no-docs] [--round R | --illustrate | --merge A.json B.json …]";
   const common = parseCommonArgs(argv, { tokens: 33, minTokens: 3, quickTokens: 19 }, usage, (flag, value) => {
     if (flag === "--ram") ram = value();
-    else if (flag !== "--speculation") return false; // (as forwarded by bench/run.ts)
+    else if (flag === "--round") {
+      round = Number(value());
+      if (!Number.isInteger(round) || round < 1) throw new Error(`--round needs a positive integer (${usage})`);
+    } else if (flag === "--illustrate") illustrate = true;
+    else if (flag === "--merge") {
+      for (let f = value(); f; f = value()) {
+        if (f.startsWith("--")) throw new Error(`--merge takes every argument after it: put it last (${usage})`);
+        merge.push(resolve(f));
+      }
+      if (!merge.length) throw new Error(`--merge needs report files (${usage})`);
+    } else if (flag !== "--speculation") return false; // (as forwarded by bench/run.ts)
     return true;
   });
-  return { ...common, ram };
+  if ([round !== undefined, illustrate, merge.length > 0].filter(Boolean).length > 1) throw new Error(`--round, --illustrate and --merge exclude each other (${usage})`);
+  return { ...common, ram, round, illustrate, merge };
 }
 
 /** `once`: run in the first round only (an illustration, not a compared arm: it takes minutes). */
@@ -61,6 +85,7 @@ const median = (xs: number[]) => {
 };
 
 interface Report {
+  /** One per piece: a merged report lists each piece's command. */
   command: string;
   started: string;
   finished: string;
@@ -149,8 +174,68 @@ function updateDocs(md: string): void {
   updateDocSection("docs/SPECULATION.md", "spec-bench", md, say);
 }
 
+/** The arms one invocation runs in round `run`. */
+function armsOf(args: Args, run: number): Arm[] {
+  if (args.illustrate) return ARMS.filter((a) => a.key === "off" || a.once);
+  return ARMS.filter((a) => !a.once || (args.round === undefined && run === 1));
+}
+
+function commandOf(args: Args): string {
+  const extra = [args.quick && "--quick", args.round !== undefined && `--round ${args.round}`, args.illustrate && "--illustrate", args.tokens !== 33 && !args.quick && `--tokens ${args.tokens}`, args.runs !== 3 && args.round === undefined && !args.illustrate && `--runs ${args.runs}`, args.ram !== "6G" && `--ram ${args.ram}`];
+  return ["npm run bench -- --speculation", ...extra.filter(Boolean)].join(" ");
+}
+
+/**
+ * Pieces of one benchmark (--round R, --illustrate) as one report: results in piece order, each
+ * piece's command. Refused if the pieces ran different kernels, models, budgets or token counts,
+ * or saw different reference ids (they would not be comparable).
+ */
+function mergeReports(files: string[]): Report {
+  const reps = files.map((f) => JSON.parse(readFileSync(f, "utf8")) as Report);
+  const first = reps[0]!;
+  for (const [i, r] of reps.entries()) {
+    const same = (what: string, a: unknown, b: unknown) => {
+      if (JSON.stringify(a) !== JSON.stringify(b)) throw new Error(`${files[i]}: ${what} differs from ${files[0]}'s`);
+    };
+    same("kernels", r.kernels.sha256, first.kernels.sha256);
+    same("model", r.args.model, first.args.model);
+    same("budget", r.args.ram, first.args.ram);
+    same("tokens", r.args.tokens, first.args.tokens);
+    same("reference ids", r.reference, first.reference);
+  }
+  // Ratios pair a run with the `off` run of its round: a round may come from one piece only.
+  const seen = new Map<string, string>();
+  for (const [i, r] of reps.entries())
+    for (const x of r.results) {
+      const key = `${x.arm}@${x.run}`;
+      if (seen.has(key)) throw new Error(`${files[i]}: round ${x.run} of ${x.arm} is also in ${seen.get(key)} (give each piece its own --round)`);
+      seen.set(key, files[i]!);
+    }
+  // Round 0 is --illustrate's (its `off` run pairs the once-arm): not a compared round.
+  const runs = new Set(reps.flatMap((r) => r.results.filter((x) => x.run > 0).map((x) => x.run)));
+  return {
+    command: reps.map((r) => r.command).join("; "),
+    started: reps.map((r) => r.started).sort()[0]!,
+    finished: reps.map((r) => r.finished).sort().at(-1)!,
+    args: { ...first.args, runs: runs.size },
+    machine: first.machine,
+    kernels: first.kernels,
+    reference: first.reference,
+    results: reps.flatMap((r) => r.results),
+  };
+}
+
 async function main() {
   const args = parseArgs(process.argv.slice(2));
+  if (args.merge.length) {
+    const report = mergeReports(args.merge);
+    const md = renderMarkdown(report);
+    writeReport("spec", report.started.replace(/[:.]/g, "-").slice(0, 19) + "-merged", report, md, say);
+    if (args.docs) updateDocs(md);
+    const { problems } = summarize(report);
+    for (const p of problems) say(`PROBLEM: ${p}`);
+    process.exit(problems.some((p) => !p.startsWith("target missed")) ? 1 : 0);
+  }
   if (!existsSync(join(args.model, "config.json"))) throw new Error(`${args.model} has no model (npm run bench generates the slice)`);
   const started = new Date();
   const stamp = started.toISOString().replace(/[:.]/g, "-").slice(0, 19);
@@ -162,15 +247,15 @@ async function main() {
   const base = { model: args.model, prompt: PROMPT, maxTokens: args.tokens, threads, ram: args.ram };
   const results: Result[] = [];
   let reference: number[] | undefined;
-  for (let run = 1; run <= args.runs; run++)
-    for (const arm of ARMS) {
-      if (arm.once && run > 1) continue;
+  const rounds = args.round !== undefined ? [args.round] : args.illustrate ? [0] : Array.from({ length: args.runs }, (_, i) => i + 1);
+  for (const run of rounds)
+    for (const arm of armsOf(args, run)) {
       if (arm.drafter && arm.drafter !== "ngram" && !reference) {
         say(`run ${run}: ${arm.name} skipped: no reference ids (the off arm failed)`);
         continue;
       }
       const drafter = arm.drafter === "ngram" ? { kind: "ngram" as const } : arm.drafter ? { kind: arm.drafter, reference: [...PROMPT, ...reference!] } : undefined;
-      say(`run ${run}/${args.runs}: ${arm.name}…`);
+      say(`run ${run}: ${arm.name}…`);
       const r = await runChild({ ...base, name: arm.name, speculate: arm.speculate, drafter }, arm, run, scratch);
       results.push(r);
       if (!r.ok) say(`  FAILED: ${r.error}`);
@@ -182,10 +267,10 @@ async function main() {
     }
   rmSync(scratch, { recursive: true, force: true });
   const report: Report = {
-    command: `npm run bench -- --speculation${args.quick ? " --quick" : ""}`,
+    command: commandOf(args),
     started: started.toISOString(),
     finished: new Date().toISOString(),
-    args,
+    args: { ...args, runs: rounds.filter((r) => r > 0).length },
     machine,
     kernels,
     reference: reference ?? [],
@@ -193,7 +278,8 @@ async function main() {
   };
   const md = renderMarkdown(report);
   writeReport("spec", stamp, report, md, say);
-  if (args.docs && !args.quick) updateDocs(md);
+  // A piece (--round, --illustrate) is not the whole benchmark: merge the pieces for the doc.
+  if (args.docs && !args.quick && args.round === undefined && !args.illustrate) updateDocs(md);
   const { problems } = summarize(report);
   for (const p of problems) say(`PROBLEM: ${p}`);
   process.exit(problems.some((p) => !p.startsWith("target missed")) ? 1 : 0);
