@@ -210,6 +210,41 @@ describe("greedy: identical with speculation on and off", () => {
   });
 });
 
+describe("stats", () => {
+  test("bytes read per generated token: a verify pass's bytes are shared by every token it decided", () => {
+    // At the floor budget (the trunk streams), without prefetch (nothing read ahead of a step).
+    const ck = openCheckpoint(dir);
+    const ram = String(floorBytes(planInputFromCensus(ck.config, ck.layout.census, 0, 4096, 2, 32, streamSlots(ck)), 32));
+    const go = (speculate: "off" | 4) => {
+      const engine = Engine.open(dir, { ram, threads: 1, prefetch: false, speculate });
+      try {
+        const read = () => engine.stats().trunkBytesRead + engine.stats().expertBytesRead;
+        const ids: number[] = [];
+        let afterPrefill = 0; // the first token is out before any decode pass
+        const it = engine.generate(engine.createSession(), PROMPT, { maxTokens: GEN, drafter: speculate === "off" ? undefined : new Oracle(ref, vocab) });
+        let r = it.next();
+        for (; !r.done; r = it.next()) {
+          if (!ids.length) afterPrefill = read();
+          ids.push(r.value.id);
+        }
+        return { ids, stats: r.value, decodeBytes: read() - afterPrefill };
+      } finally {
+        engine.close();
+      }
+    };
+    const off = go("off");
+    const on = go(4);
+    expect(on.ids).toEqual(off.ids);
+    for (const r of [off, on]) {
+      expect(r.decodeBytes).toBeGreaterThan(0);
+      expect(r.stats.decodedTokens).toBe(GEN - 1);
+      expect(r.stats.ioPerToken.bytesRead * (GEN - 1)).toBeCloseTo(r.decodeBytes, 3);
+    }
+    expect(on.stats.decodeSteps).toBeLessThan(GEN - 1); // fewer passes …
+    expect(on.stats.ioPerToken.bytesRead).toBeLessThan(off.stats.ioPerToken.bytesRead / 1.5); // … so fewer bytes per token
+  });
+});
+
 describe("the verify pass itself (src/model/forward.ts)", () => {
   test("every row's logits and the state after keep() are plain decoding's, bit for bit (tiny-a, b, c)", async () => {
     const k = loadKernels();
