@@ -150,130 +150,150 @@ export function pyFloatRepr(x: number): string {
 // Parser: json.loads(s) (strict=True: raw control characters inside strings are errors)
 
 export function parsePy(text: string): PyJson {
-  let i = 0;
-  let depth = 0; // arrays/objects open around position i: bounded, so the recursion below is too
-  const enter = () => {
-    if (++depth > MAX_JSON_DEPTH) throw new PyJsonDepthError(`JSON nests deeper than ${MAX_JSON_DEPTH} levels (at offset ${i})`);
-  };
-  const fail = (what: string): never => {
-    throw new PyJsonSyntaxError(`${what} at offset ${i}`);
-  };
-  const ws = () => {
-    while (i < text.length && (text[i] === " " || text[i] === "\t" || text[i] === "\n" || text[i] === "\r")) i++;
-  };
-  const lit = (word: string) => {
-    if (text.startsWith(word, i)) {
-      i += word.length;
-      return true;
-    }
-    return false;
-  };
-  const str = (): string => {
-    i++; // opening quote
-    let s = "";
-    for (;;) {
-      if (i >= text.length) fail("unterminated string");
-      const c = text[i]!;
-      if (c === '"') {
-        i++;
-        return s;
-      }
-      if (c.charCodeAt(0) < 0x20) fail("control character in string");
-      if (c !== "\\") {
-        s += c;
-        i++;
-        continue;
-      }
-      const e = text[i + 1];
-      i += 2;
-      if (e === "u") {
-        const hex = text.slice(i, i + 4);
-        if (!/^[0-9a-fA-F]{4}$/.test(hex)) fail("bad \\u escape");
-        s += String.fromCharCode(parseInt(hex, 16));
-        i += 4;
-      } else {
-        const map: Record<string, string> = { '"': '"', "\\": "\\", "/": "/", b: "\b", f: "\f", n: "\n", r: "\r", t: "\t" };
-        if (e === undefined || !(e in map)) fail("bad escape");
-        s += map[e!];
-      }
-    }
-  };
-  const value = (): PyJson => {
-    ws();
-    const c = text[i];
-    if (c === "{") {
-      enter();
-      i++;
-      const m = new Map<string, PyJson>();
-      ws();
-      if (text[i] === "}") {
-        i++;
-        depth--;
-        return { t: "dict", v: m };
-      }
-      for (;;) {
-        ws();
-        if (text[i] !== '"') fail("expected key");
-        const k = str();
-        ws();
-        if (text[i] !== ":") fail("expected ':'");
-        i++;
-        m.set(k, value()); // a repeated key keeps its first position and takes the last value, as in Python
-        ws();
-        if (text[i] === ",") {
-          i++;
-          continue;
-        }
-        if (text[i] === "}") {
-          i++;
-          depth--;
-          return { t: "dict", v: m };
-        }
-        fail("expected ',' or '}'");
-      }
-    }
-    if (c === "[") {
-      enter();
-      i++;
-      const a: PyJson[] = [];
-      ws();
-      if (text[i] === "]") {
-        i++;
-        depth--;
-        return { t: "list", v: a };
-      }
-      for (;;) {
-        a.push(value());
-        ws();
-        if (text[i] === ",") {
-          i++;
-          continue;
-        }
-        if (text[i] === "]") {
-          i++;
-          depth--;
-          return { t: "list", v: a };
-        }
-        fail("expected ',' or ']'");
-      }
-    }
-    if (c === '"') return { t: "str", v: str() };
-    if (lit("null")) return { t: "null" };
-    if (lit("true")) return { t: "bool", v: true };
-    if (lit("false")) return { t: "bool", v: false };
-    if (lit("NaN")) return { t: "float", v: NaN };
-    if (lit("Infinity")) return { t: "float", v: Infinity };
-    if (lit("-Infinity")) return { t: "float", v: -Infinity };
-    const m = /^(-?(?:0|[1-9]\d*))(\.\d+)?([eE][-+]?\d+)?/.exec(text.slice(i, i + 4096));
-    if (!m) return fail("unexpected character");
-    i += m[0].length;
+  const p = new PyJsonParser(text);
+  const v = p.value();
+  p.ws();
+  if (!p.atEnd()) p.fail("extra data");
+  return v;
+}
+
+const ESCAPES: Record<string, string> = { '"': '"', "\\": "\\", "/": "/", b: "\b", f: "\f", n: "\n", r: "\r", t: "\t" };
+
+/** A recursive-descent reader over one text; each method starts at `i` and leaves it after what it read. */
+class PyJsonParser {
+  private i = 0;
+  private depth = 0; // arrays/objects open around position i: bounded, so the recursion below is too
+  constructor(private readonly text: string) {}
+
+  atEnd(): boolean {
+    return this.i === this.text.length;
+  }
+
+  fail(what: string): never {
+    throw new PyJsonSyntaxError(`${what} at offset ${this.i}`);
+  }
+
+  ws(): void {
+    const text = this.text;
+    while (this.i < text.length && (text[this.i] === " " || text[this.i] === "\t" || text[this.i] === "\n" || text[this.i] === "\r")) this.i++;
+  }
+
+  value(): PyJson {
+    this.ws();
+    const c = this.text[this.i];
+    if (c === "{") return this.dict();
+    if (c === "[") return this.list();
+    if (c === '"') return { t: "str", v: this.str() };
+    if (this.lit("null")) return { t: "null" };
+    if (this.lit("true")) return { t: "bool", v: true };
+    if (this.lit("false")) return { t: "bool", v: false };
+    if (this.lit("NaN")) return { t: "float", v: NaN };
+    if (this.lit("Infinity")) return { t: "float", v: Infinity };
+    if (this.lit("-Infinity")) return { t: "float", v: -Infinity };
+    return this.num();
+  }
+
+  private lit(word: string): boolean {
+    if (!this.text.startsWith(word, this.i)) return false;
+    this.i += word.length;
+    return true;
+  }
+
+  private num(): PyJson {
+    const m = /^(-?(?:0|[1-9]\d*))(\.\d+)?([eE][-+]?\d+)?/.exec(this.text.slice(this.i, this.i + 4096));
+    if (!m) return this.fail("unexpected character");
+    this.i += m[0].length;
     if (m[2] === undefined && m[3] === undefined) return { t: "int", v: BigInt(m[1]!) };
     return { t: "float", v: Number(m[0]) };
-  };
-  const v = value();
-  ws();
-  if (i !== text.length) fail("extra data");
-  return v;
+  }
+
+  private enter(): void {
+    if (++this.depth > MAX_JSON_DEPTH) throw new PyJsonDepthError(`JSON nests deeper than ${MAX_JSON_DEPTH} levels (at offset ${this.i})`);
+  }
+
+  /** After an item: true at `,` (another follows), false at `close` (the container ended). */
+  private next(close: "}" | "]"): boolean {
+    this.ws();
+    const c = this.text[this.i];
+    if (c === ",") {
+      this.i++;
+      return true;
+    }
+    if (c === close) {
+      this.i++;
+      this.depth--;
+      return false;
+    }
+    return this.fail(`expected ',' or '${close}'`);
+  }
+
+  private dict(): PyJson {
+    this.enter();
+    this.i++;
+    const m = new Map<string, PyJson>();
+    this.ws();
+    if (this.text[this.i] === "}") {
+      this.i++;
+      this.depth--;
+      return { t: "dict", v: m };
+    }
+    do {
+      this.ws();
+      if (this.text[this.i] !== '"') this.fail("expected key");
+      const k = this.str();
+      this.ws();
+      if (this.text[this.i] !== ":") this.fail("expected ':'");
+      this.i++;
+      m.set(k, this.value()); // a repeated key keeps its first position and takes the last value, as in Python
+    } while (this.next("}"));
+    return { t: "dict", v: m };
+  }
+
+  private list(): PyJson {
+    this.enter();
+    this.i++;
+    const a: PyJson[] = [];
+    this.ws();
+    if (this.text[this.i] === "]") {
+      this.i++;
+      this.depth--;
+      return { t: "list", v: a };
+    }
+    do a.push(this.value());
+    while (this.next("]"));
+    return { t: "list", v: a };
+  }
+
+  private str(): string {
+    const text = this.text;
+    this.i++; // opening quote
+    let s = "";
+    for (;;) {
+      if (this.i >= text.length) this.fail("unterminated string");
+      const c = text[this.i]!;
+      if (c === '"') {
+        this.i++;
+        return s;
+      }
+      if (c.charCodeAt(0) < 0x20) this.fail("control character in string");
+      if (c !== "\\") {
+        s += c;
+        this.i++;
+        continue;
+      }
+      const e = text[this.i + 1];
+      this.i += 2;
+      if (e === "u") {
+        const hex = text.slice(this.i, this.i + 4);
+        if (!/^[0-9a-fA-F]{4}$/.test(hex)) this.fail("bad \\u escape");
+        s += String.fromCharCode(parseInt(hex, 16));
+        this.i += 4;
+      } else {
+        if (e === undefined || !(e in ESCAPES)) this.fail("bad escape");
+        s += ESCAPES[e!];
+      }
+    }
+  }
 }
 
 /** JSON type name used by the XTML `type` attribute (Python type → name). */
