@@ -132,9 +132,15 @@ function listSome(xs: number[], max = 12): string {
   return xs.length <= max ? xs.join(", ") : `${xs.slice(0, max).join(", ")} … (+${xs.length - max} more)`;
 }
 
+/** JSON paths of the two nested sections, as problems name them. */
+const T = "text_config.";
+const L = "text_config.linear_attn_config.";
+const positive = (x: number) => x > 0;
+
 /**
  * Validate the release's nested config (top level + text_config + text_config.linear_attn_config)
- * and derive the zero-based layer map. `source` names the file in the error.
+ * and derive the zero-based layer map. `source` names the file in the error. One reader per
+ * section, called in the file's order, so the problems are listed in that order too.
  */
 export function parseConfig(json: unknown, source: string): ModelConfig {
   const r = new FieldReader(source);
@@ -144,13 +150,25 @@ export function parseConfig(json: unknown, source: string): ModelConfig {
   }
   const top = json as Json;
   const tc = r.object(top, "text_config", "text_config");
-  const la = r.object(tc, "linear_attn_config", "text_config.linear_attn_config");
-  const T = "text_config.";
-  const L = "text_config.linear_attn_config.";
-  const pos = (x: number) => x > 0;
+  const la = r.object(tc, "linear_attn_config", `${T}linear_attn_config`);
 
-  const modelType = r.exactly(top, "model_type", "model_type", "kimi_k3", "this engine runs Kimi K3 only");
+  const trunk = readTrunk(r, top, tc);
+  const moe = readMoe(r, tc);
+  const mla = readMla(r, tc);
+  const { kdaList, mlaList, ...kda } = readKda(r, la);
+  checkQuantization(r, tc);
+  checkAcrossFields(r, trunk, moe, kda);
+
+  const layerKinds = layerMap(r, trunk.numLayers, kdaList, mlaList);
+  if (r.problems.length) r.fail();
+  // Key order is part of the result: the session and pack fingerprints hash JSON.stringify(config).
+  return { ...trunk, layerKinds, ...moe, ...mla, ...kda };
+}
+
+/** Identity, special ids and the trunk's sizes (the top level and text_config). */
+function readTrunk(r: FieldReader, top: Json, tc: Json | undefined) {
   const B = CONFIG_BOUNDS;
+  const modelType = r.exactly(top, "model_type", "model_type", "kimi_k3", "this engine runs Kimi K3 only");
   const bosTokenId = r.int(top, "bos_token_id", "bos_token_id", 0, B.vocab - 1);
   const eosTokenId = r.int(top, "eos_token_id", "eos_token_id", 0, B.vocab - 1);
   const padTokenId = r.int(top, "pad_token_id", "pad_token_id", 0, B.vocab - 1);
@@ -168,12 +186,18 @@ export function parseConfig(json: unknown, source: string): ModelConfig {
       r.problem(`${T}${key}`, `${describe(tc[key])} disagrees with the top-level ${key} ${describe(id)}`);
   }
   const maxPositions = r.int(tc, "max_position_embeddings", `${T}max_position_embeddings`, 1, B.positions);
-  const rmsEps = r.num(tc, "rms_norm_eps", `${T}rms_norm_eps`, "a number > 0", pos);
+  const rmsEps = r.num(tc, "rms_norm_eps", `${T}rms_norm_eps`, "a number > 0", positive);
   const tieWordEmbeddings = r.exactly(tc, "tie_word_embeddings", `${T}tie_word_embeddings`, false, "K3 ships a separate lm_head");
   // The top level repeats it in the release; if present it must agree.
   if (top.tie_word_embeddings !== undefined && top.tie_word_embeddings !== false)
     r.problem("tie_word_embeddings", `expected false (K3 ships a separate lm_head), got ${describe(top.tie_word_embeddings)}`);
   const attnResBlock = r.int(tc, "attn_res_block_size", `${T}attn_res_block_size`, 1, B.layers);
+  return { modelType, bosTokenId, eosTokenId, padTokenId, maxPositions, hidden, numLayers, vocab, rmsEps, tieWordEmbeddings, attnResBlock };
+}
+
+/** The dense/MoE split, the FFN and the router (text_config). */
+function readMoe(r: FieldReader, tc: Json | undefined) {
+  const B = CONFIG_BOUNDS;
   const firstKDense = r.int(tc, "first_k_dense_replace", `${T}first_k_dense_replace`, 1, B.layers);
   // Every layer from first_k_dense_replace on is MoE only when the frequency is 1.
   r.exactly(tc, "moe_layer_freq", `${T}moe_layer_freq`, 1, "every layer after the dense ones is MoE");
@@ -189,16 +213,21 @@ export function parseConfig(json: unknown, source: string): ModelConfig {
   const routerActivation = r.exactly(tc, "moe_router_activation_func", `${T}moe_router_activation_func`, "sigmoid", "the engine implements the sigmoid router");
   // The router always renormalises the top-k weights (MODEL.md §5); false would be another model.
   const renormalize = r.exactly(tc, "moe_renormalize", `${T}moe_renormalize`, true, "the router always renormalises the top-k weights");
-  const routedScaling = r.num(tc, "routed_scaling_factor", `${T}routed_scaling_factor`, "a number > 0", pos);
-  const situBeta = r.num(tc, "activation_situ_beta", `${T}activation_situ_beta`, "a number > 0", pos);
-  const situLinearBeta = r.num(tc, "activation_situ_linear_beta", `${T}activation_situ_linear_beta`, "a number > 0", pos);
+  const routedScaling = r.num(tc, "routed_scaling_factor", `${T}routed_scaling_factor`, "a number > 0", positive);
+  const situBeta = r.num(tc, "activation_situ_beta", `${T}activation_situ_beta`, "a number > 0", positive);
+  const situLinearBeta = r.num(tc, "activation_situ_linear_beta", `${T}activation_situ_linear_beta`, "a number > 0", positive);
   // Grouped top-k with one group selecting one group is plain top-k; anything else changes routing.
   const grouped = r.bool(tc, "use_grouped_topk", `${T}use_grouped_topk`);
   if (grouped === true) {
     r.exactly(tc, "num_expert_group", `${T}num_expert_group`, 1, "grouped routing is not implemented (1 group = inactive)");
     r.exactly(tc, "topk_group", `${T}topk_group`, 1, "grouped routing is not implemented (1 group = inactive)");
   }
+  return { firstKDense, denseInter, numExperts, topK, numSharedExperts, moeInter, latent, latentNorm, routerActivation, renormalize, routedScaling, situBeta, situLinearBeta };
+}
 
+/** Multi-head latent attention (text_config). */
+function readMla(r: FieldReader, tc: Json | undefined) {
+  const B = CONFIG_BOUNDS;
   const mlaHeads = r.int(tc, "num_attention_heads", `${T}num_attention_heads`, 1, B.heads);
   const qLoraRank = r.int(tc, "q_lora_rank", `${T}q_lora_rank`, 1, B.rank);
   const kvLoraRank = r.int(tc, "kv_lora_rank", `${T}kv_lora_rank`, 1, B.rank);
@@ -207,7 +236,12 @@ export function parseConfig(json: unknown, source: string): ModelConfig {
   const vHead = r.int(tc, "v_head_dim", `${T}v_head_dim`, 1, B.headDim);
   const mlaUseNope = r.exactly(tc, "mla_use_nope", `${T}mla_use_nope`, true, "the engine implements NoPE MLA (no rotary)");
   const mlaOutputGate = r.exactly(tc, "mla_use_output_gate", `${T}mla_use_output_gate`, true, "the engine implements gated MLA (g_proj)");
+  return { mlaHeads, qLoraRank, kvLoraRank, qkNope, qkRope, vHead, mlaUseNope, mlaOutputGate };
+}
 
+/** Kimi delta attention and the two one-based layer lists (text_config.linear_attn_config). */
+function readKda(r: FieldReader, la: Json | undefined) {
+  const B = CONFIG_BOUNDS;
   const kdaHeads = r.int(la, "num_heads", `${L}num_heads`, 1, B.heads);
   const kdaHeadDim = r.int(la, "head_dim", `${L}head_dim`, 1, B.headDim);
   const convKernel = r.int(la, "short_conv_kernel_size", `${L}short_conv_kernel_size`, 1, B.convKernel);
@@ -215,10 +249,17 @@ export function parseConfig(json: unknown, source: string): ModelConfig {
   const kdaFullRankGate = r.exactly(la, "use_full_rank_gate", `${L}use_full_rank_gate`, true, "f_a_proj/f_b_proj shapes assume the full-rank gate");
   const kdaList = r.intList(la, "kda_layers", `${L}kda_layers`);
   const mlaList = r.intList(la, "full_attn_layers", `${L}full_attn_layers`);
+  return { kdaHeads, kdaHeadDim, convKernel, gateLowerBound, kdaFullRankGate, kdaList, mlaList };
+}
 
-  checkQuantization(r, tc, T);
-
-  // Cross-field checks, only between fields that were themselves valid.
+/** Checks between fields, only between fields that were themselves valid (NaN compares false). */
+function checkAcrossFields(
+  r: FieldReader,
+  { numLayers }: { numLayers: number },
+  { firstKDense, numExperts, topK, latent, moeInter }: { firstKDense: number; numExperts: number; topK: number; latent: number; moeInter: number },
+  { kdaHeads, kdaHeadDim }: { kdaHeads: number; kdaHeadDim: number },
+): void {
+  const B = CONFIG_BOUNDS;
   if (topK > numExperts) r.problem(`${T}num_experts_per_token`, `top-k ${topK} exceeds num_experts ${numExperts}`);
   if (kdaHeads > kdaHeadDim)
     r.problem(`${L}num_heads`, `${kdaHeads} heads exceed head_dim ${kdaHeadDim} (A_log has head_dim entries, one per head)`);
@@ -228,23 +269,10 @@ export function parseConfig(json: unknown, source: string): ModelConfig {
     r.problem(`${T}num_experts`, `${numExperts} experts × ${numLayers - firstKDense} MoE layers = ${routed} routed experts is implausible (at most ${B.routedExperts})`);
   for (const [v, name] of [[latent, "routed_expert_hidden_size"], [moeInter, "moe_intermediate_size"]] as const)
     if (Number.isFinite(v) && v % MXFP4_GROUP !== 0) r.problem(`${T}${name}`, `${v} is not a multiple of the MXFP4 group ${MXFP4_GROUP}`);
-
-  const layerKinds = layerMap(r, numLayers, kdaList, mlaList, L);
-  if (r.problems.length) r.fail();
-
-  return {
-    modelType, bosTokenId, eosTokenId, padTokenId, maxPositions,
-    hidden, numLayers, vocab, rmsEps, tieWordEmbeddings, attnResBlock,
-    layerKinds, firstKDense, denseInter,
-    numExperts, topK, numSharedExperts, moeInter, latent, latentNorm, routerActivation,
-    renormalize, routedScaling, situBeta, situLinearBeta,
-    mlaHeads, qLoraRank, kvLoraRank, qkNope, qkRope, vHead, mlaUseNope, mlaOutputGate,
-    kdaHeads, kdaHeadDim, convKernel, gateLowerBound, kdaFullRankGate,
-  };
 }
 
 /** Expert weights are MXFP4 in groups of 32 (the expert shapes divide by it): the config must say so. */
-function checkQuantization(r: FieldReader, tc: Json | undefined, T: string): void {
+function checkQuantization(r: FieldReader, tc: Json | undefined): void {
   const q = r.object(tc, "quantization_config", `${T}quantization_config`);
   r.exactly(q, "format", `${T}quantization_config.format`, "mxfp4-pack-quantized", "experts are read as MXFP4");
   const groups = r.object(q, "config_groups", `${T}quantization_config.config_groups`);
@@ -264,7 +292,7 @@ function checkQuantization(r: FieldReader, tc: Json | undefined, T: string): voi
  * Zero-based layer kinds from the two one-based lists. Every layer must be in exactly one list
  * (MODEL.md §7.8: the lists are one-based; an off-by-one here silently swaps attention types).
  */
-function layerMap(r: FieldReader, numLayers: number, kda: number[] | undefined, mla: number[] | undefined, L: string): LayerKind[] {
+function layerMap(r: FieldReader, numLayers: number, kda: number[] | undefined, mla: number[] | undefined): LayerKind[] {
   if (kda === undefined || mla === undefined || Number.isNaN(numLayers)) return [];
   const seen = new Array<string | undefined>(numLayers).fill(undefined);
   const kinds: LayerKind[] = new Array(numLayers);
