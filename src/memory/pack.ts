@@ -139,30 +139,62 @@ export interface PackResult {
  */
 export function writePack(k: Kernels, ckpt: Checkpoint, format: Exclude<TrunkFormat, "bf16">, onProgress?: (doneBytes: number, totalBytes: number) => void): PackResult {
   const t0 = performance.now();
-  const cfg = ckpt.config;
-  const bits = bitsOf(format);
   const exact = trunkUnitEntries(ckpt).map((list) => list.map((e): TrunkTensor => ({ name: e.name, file: e.file, offset: e.offset, bytes: e.bytes, dtype: e.dtype, shape: e.shape })));
-  const source = new Map(exact.flat().map((t) => [t.name, t]));
-  const { tensors, dataEnd } = packLayout(cfg, exact, format);
+  const { tensors, dataEnd } = packLayout(ckpt.config, exact, format);
   const local = join(ckpt.dir, fileName(format));
   const path = !ckpt.download && writableDir(ckpt.dir) ? local : join(ensureCacheDir("packs"), basename(cachedPackPath(ckpt, format)));
   const tmp = `${path}.${process.pid}.tmp`;
-  const mem = new CBuffers(k);
-  const fds = new Map<string, number>();
-  const crcs: Record<string, number> = {};
-  let out = -1;
   const totalBytes = exact.flat().reduce((a, t) => a + t.bytes, 0);
-  let doneBytes = 0;
-  let packedMatrices = 0;
-  const err = new Float64Array(3);
+  let out = -1;
+  let data: PackedData;
   try {
     out = openSync(tmp, "w");
     writeSync(out, Buffer.from(MAGIC.padEnd(DATA_START, "\0")), 0, DATA_START, 0);
-    const fd = (f: string) => {
-      let d = fds.get(f);
-      if (d === undefined) fds.set(f, (d = openSync(f, "r")));
-      return d;
-    };
+    data = writePackData(k, ckpt.config, exact, tensors, format, out, (done) => onProgress?.(done, totalBytes));
+    const header = packHeader(ckpt, format, tensors, dataEnd, data.crcs);
+    const tail = Buffer.alloc(TAIL);
+    tail.writeBigUInt64LE(BigInt(header.byteLength), 0);
+    tail.writeUInt32LE(k.k3_crc32c(0, header, header.byteLength), 8);
+    tail.write(MAGIC, 16, "latin1");
+    writeSync(out, header, 0, header.byteLength, dataEnd);
+    writeSync(out, tail, 0, TAIL, dataEnd + header.byteLength);
+    closeSync(out);
+    out = -1;
+    renameSync(tmp, path);
+  } catch (err) {
+    if (out >= 0) closeSync(out);
+    rmSync(tmp, { force: true }); // a full disk must not leave a partial pack behind
+    throw err;
+  }
+  const { packedMatrices, err } = data;
+  return { path, format, fileBytes: Bun.file(path).size, sourceBytes: totalBytes, packedMatrices, exactTensors: tensors.flat().length - packedMatrices, weightError: { rms: Math.sqrt(err[0]! / err[1]!), worstRow: Math.sqrt(err[2]!) }, ms: performance.now() - t0 };
+}
+
+interface PackedData {
+  /** CRC-32C of every block as written (pieces.ts's grid), by block key. */
+  crcs: Record<string, number>;
+  packedMatrices: number;
+  /** k3_quant_error's running sums over every quantised block: Σ(w − q·s)², Σw², the worst row's ratio. */
+  err: Float64Array;
+}
+
+/** The data section: every trunk tensor of `exact` read block by block from the shards, copied
+ *  exactly or quantised, and written where `tensors` (its pack layout) puts it in `out`. */
+function writePackData(k: Kernels, cfg: ModelConfig, exact: TrunkTensor[][], tensors: TrunkTensor[][], format: Exclude<TrunkFormat, "bf16">, out: number, onProgress: (doneBytes: number) => void): PackedData {
+  const bits = bitsOf(format);
+  const source = new Map(exact.flat().map((t) => [t.name, t]));
+  const mem = new CBuffers(k);
+  const fds = new Map<string, number>();
+  const crcs: Record<string, number> = {};
+  let doneBytes = 0;
+  let packedMatrices = 0;
+  const err = new Float64Array(3);
+  const fd = (f: string) => {
+    let d = fds.get(f);
+    if (d === undefined) fds.set(f, (d = openSync(f, "r")));
+    return d;
+  };
+  try {
     // Every tensor in the blocks pieces.ts cuts it into (the checksum grid the engine checks).
     const sliceable = new Set(exact.flatMap((_, u) => unitWalk(cfg, u).filter((m) => m.sliceable).map((m) => m.suffix)));
     const work = tensors.flat().map((t) => {
@@ -198,41 +230,32 @@ export function writePack(k: Kernels, ckpt: Checkpoint, format: Exclude<TrunkFor
           crcs[b.key] = k.k3_crc32c(0, dst.ptr, data.bytes + scales.bytes);
         }
         doneBytes += bytes;
-        onProgress?.(doneBytes, totalBytes);
+        onProgress(doneBytes);
       }
     }
-    const header = Buffer.from(
-      JSON.stringify({
-        format: FORMAT,
-        trunk: format,
-        group: GROUP,
-        blockBytes: DEFAULT_BLOCK_BYTES,
-        model: ckpt.dir,
-        fingerprint: fingerprint(ckpt),
-        shards: stamps(ckpt),
-        dataEnd,
-        tensors: tensors.map((list) => list.map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, offset: t.offset, bytes: t.bytes, scales: t.scales }))),
-        crcs,
-      }),
-    );
-    const tail = Buffer.alloc(TAIL);
-    tail.writeBigUInt64LE(BigInt(header.byteLength), 0);
-    tail.writeUInt32LE(k.k3_crc32c(0, header, header.byteLength), 8);
-    tail.write(MAGIC, 16, "latin1");
-    writeSync(out, header, 0, header.byteLength, dataEnd);
-    writeSync(out, tail, 0, TAIL, dataEnd + header.byteLength);
-    closeSync(out);
-    out = -1;
-    renameSync(tmp, path);
-  } catch (err) {
-    if (out >= 0) closeSync(out);
-    rmSync(tmp, { force: true }); // a full disk must not leave a partial pack behind
-    throw err;
   } finally {
     for (const d of fds.values()) closeSync(d);
     mem.free();
   }
-  return { path, format, fileBytes: Bun.file(path).size, sourceBytes: totalBytes, packedMatrices, exactTensors: tensors.flat().length - packedMatrices, weightError: { rms: Math.sqrt(err[0]! / err[1]!), worstRow: Math.sqrt(err[2]!) }, ms: performance.now() - t0 };
+  return { crcs, packedMatrices, err };
+}
+
+/** The header JSON: the format, the model and shard bytes it was made from, the layout, the block CRCs. */
+function packHeader(ckpt: Checkpoint, format: Exclude<TrunkFormat, "bf16">, tensors: TrunkTensor[][], dataEnd: number, crcs: Record<string, number>): Buffer {
+  return Buffer.from(
+    JSON.stringify({
+      format: FORMAT,
+      trunk: format,
+      group: GROUP,
+      blockBytes: DEFAULT_BLOCK_BYTES,
+      model: ckpt.dir,
+      fingerprint: fingerprint(ckpt),
+      shards: stamps(ckpt),
+      dataEnd,
+      tensors: tensors.map((list) => list.map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, offset: t.offset, bytes: t.bytes, scales: t.scales }))),
+      crcs,
+    }),
+  );
 }
 
 /**
