@@ -31,6 +31,7 @@ import {
   type Sampler,
   type Session,
   type SpeculateSetting,
+  type TokenEvent,
   type Tokenizer,
 } from "./engine.ts";
 import { K3Error } from "./errors.ts";
@@ -176,7 +177,7 @@ export function* streamChatIds(engine: Engine, session: Session, ids: number[], 
   // Over budget: the first run has generated `budget` tokens (≥ 1, so the prefill is done) and
   // the model is still thinking, with no marker half-parsed.
   const overBudget = () => !reasoningCut && first.generated() >= budget && parser.thinkingAtBoundary;
-  const first = startGeneration(engine, session, prompt, opts, stopIds, () => parser.finished || overBudget());
+  const first = new TextGeneration(engine, session, prompt, opts, stopIds, () => parser.finished || overBudget());
   let run = first;
   let stats: GenerationStats | undefined;
   for (;;) {
@@ -200,7 +201,7 @@ export function* streamChatIds(engine: Engine, session: Session, ids: number[], 
     reasoningCut = true;
     const markup = close();
     checkContext(engine, session.tokens.length + markup.length);
-    run = startGeneration(engine, session, [...session.tokens, ...markup], { ...opts, maxTokens: left }, stopIds, () => parser.finished);
+    run = new TextGeneration(engine, session, [...session.tokens, ...markup], { ...opts, maxTokens: left }, stopIds, () => parser.finished);
     yield { reasoningCut: true };
   }
   const d = parser.finish();
@@ -293,7 +294,7 @@ export function* streamCompletion(
   const tok = engine.tokenizerDir ? engine.tokenizer() : undefined;
   const ids = prepareCompletion(engine, prompt);
   const eos = tok ? specialIdOrUndefined(tok, "[EOS]") : undefined;
-  const run = startGeneration(engine, session, ids, opts, eos === undefined ? [] : [eos], () => false);
+  const run = new TextGeneration(engine, session, ids, opts, eos === undefined ? [] : [eos], () => false);
 
   let text = "";
   const generated: number[] = [];
@@ -366,51 +367,76 @@ interface TextEvent {
 /** What run.text() yields while a batched generation waits for the engine's next step. */
 const WAITING = null;
 
-function startGeneration(engine: Engine, session: Session, ids: number[], opts: GenOptions, stopIds: number[], done: () => boolean) {
-  if (!Number.isInteger(opts.maxTokens) || opts.maxTokens < 1) {
-    throw new K3Error("USAGE", `maxTokens must be a positive integer, got ${opts.maxTokens}`);
+/**
+ * One generation on a session: validates the options, reuses what the session holds of the
+ * prompt, runs the engine's generate, and turns its tokens into text (streaming UTF-8 decode,
+ * stop strings held back and never emitted). `done` is polled between steps to stop early.
+ */
+class TextGeneration {
+  /** Prompt tokens the session (or the engine's prefix cache) already held: not fed again. */
+  readonly cachedTokens: number;
+  private readonly gen: Generator<TokenEvent, GenerationStats>;
+  private readonly decoder: ReturnType<Tokenizer["decoder"]> | undefined;
+  private readonly stopper: StopMatcher;
+  private stopHit = false;
+  private generatedCount = 0;
+  #stats: GenerationStats | undefined;
+
+  constructor(engine: Engine, session: Session, ids: number[], opts: GenOptions, stopIds: number[], done: () => boolean) {
+    if (!Number.isInteger(opts.maxTokens) || opts.maxTokens < 1) {
+      throw new K3Error("USAGE", `maxTokens must be a positive integer, got ${opts.maxTokens}`);
+    }
+    // Validate sampling options before touching the session (a bad request changes nothing).
+    const configured = createSampler(samplerOptions(opts));
+    // Greedy goes through the engine's own argmax (same rule: lowest id on ties).
+    const sampler: Sampler | undefined = opts.temperature ? configured : undefined;
+    // What the session (or the engine's prefix cache) already holds of the prompt: only the rest is
+    // fed. A session an error interrupted mid-forward starts over (the caller sends the whole
+    // conversation every time, so nothing is lost but time). Engine.reusePrefix has the cases.
+    this.cachedTokens = engine.reusePrefix(session, ids);
+    const feed = ids.slice(this.cachedTokens);
+
+    const tok = engine.tokenizerDir ? engine.tokenizer() : undefined;
+    this.decoder = tok?.decoder();
+    this.stopper = new StopMatcher(opts.stop ?? []);
+    this.gen = engine.generate(session, feed, {
+      maxTokens: opts.maxTokens,
+      sampler,
+      stopIds,
+      onPrefill: opts.onPrefill,
+      shouldStop: () => this.stopHit || done() || (opts.shouldStop?.() ?? false),
+      yieldDuringPrefill: true,
+      speculate: opts.speculate,
+      batched: opts.batched,
+    });
   }
-  // Validate sampling options before touching the session (a bad request changes nothing).
-  const configured = createSampler(samplerOptions(opts));
-  // Greedy goes through the engine's own argmax (same rule: lowest id on ties).
-  const sampler: Sampler | undefined = opts.temperature ? configured : undefined;
-  // What the session (or the engine's prefix cache) already holds of the prompt: only the rest is
-  // fed. A session an error interrupted mid-forward starts over (the caller sends the whole
-  // conversation every time, so nothing is lost but time). Engine.reusePrefix has the cases.
-  const cachedTokens = engine.reusePrefix(session, ids);
-  const feed = ids.slice(cachedTokens);
 
-  const tok = engine.tokenizerDir ? engine.tokenizer() : undefined;
-  const decoder = tok?.decoder();
-  const stopper = new StopMatcher(opts.stop ?? []);
-  let stopStringHit = false;
-  let generatedCount = 0;
-  let stats: GenerationStats | undefined;
+  /** Tokens generated so far. */
+  generated(): number {
+    return this.generatedCount;
+  }
 
-  const gen = engine.generate(session, feed, {
-    maxTokens: opts.maxTokens,
-    sampler,
-    stopIds,
-    onPrefill: opts.onPrefill,
-    shouldStop: () => stopStringHit || done() || (opts.shouldStop?.() ?? false),
-    yieldDuringPrefill: true,
-    speculate: opts.speculate,
-    batched: opts.batched,
-  });
+  stopStringHit(): boolean {
+    return this.stopHit;
+  }
 
-  function* events(): Generator<TextEvent> {
+  get stats(): GenerationStats | undefined {
+    return this.#stats;
+  }
+
+  *events(): Generator<TextEvent> {
     try {
-      yield* textEvents();
+      yield* this.textEvents();
     } finally {
-      gen.return(undefined as never); // abandoned: a batched pass waiting for its step is withdrawn
+      this.gen.return(undefined as never); // abandoned: a batched pass waiting for its step is withdrawn
     }
   }
 
-  function* textEvents(): Generator<TextEvent> {
+  private *textEvents(): Generator<TextEvent> {
     for (;;) {
-      const r = gen.next();
+      const r = this.gen.next();
       if (r.done) {
-        stats = r.value;
+        this.#stats = r.value;
         return;
       }
       if (r.value.wait) {
@@ -422,55 +448,46 @@ function startGeneration(engine: Engine, session: Session, ids: number[], opts: 
         yield { id: -1, text: "", tick: true };
         continue;
       }
-      generatedCount++;
+      this.generatedCount++;
       let text = "";
-      if (decoder && !stopStringHit) {
-        const s = stopper.push(decoder.push(r.value.id));
+      if (this.decoder && !this.stopHit) {
+        const s = this.stopper.push(this.decoder.push(r.value.id));
         text = s.text;
-        if (s.stopped) stopStringHit = true;
+        if (s.stopped) this.stopHit = true;
       }
       yield { id: r.value.id, text };
     }
   }
 
-  function flushText(): string {
-    if (!decoder || stopStringHit) return "";
-    const a = stopper.push(decoder.flush());
+  /** The text held back at the end: an incomplete UTF-8 tail, a possible stop string's start. */
+  flushText(): string {
+    if (!this.decoder || this.stopHit) return "";
+    const a = this.stopper.push(this.decoder.flush());
     if (a.stopped) {
-      stopStringHit = true;
+      this.stopHit = true;
       return a.text;
     }
-    return a.text + stopper.flush().text;
+    return a.text + this.stopper.flush().text;
   }
 
-  return {
-    cachedTokens,
-    events,
-    flushText,
-    /** Tokens generated so far. */
-    generated: () => generatedCount,
-    stopStringHit: () => stopStringHit,
-    /** Decoded text pieces (empty ones skipped; "" for a prefill step, WAITING for a batched
-     *  wait), the final flush included. */
-    *text(): Generator<string | typeof WAITING> {
-      for (const ev of events()) {
-        if (ev.wait) yield WAITING;
-        else if (ev.text || ev.tick) yield ev.text;
-      }
-      const rest = flushText();
-      if (rest) yield rest;
-    },
-    get stats() {
-      return stats;
-    },
-    /** The engine stops with "cancelled" whenever shouldStop fires; tell our own reasons apart. */
-    finishReason(messageClosed: boolean): CompletionResult["finishReason"] {
-      const s = stats!.stopReason;
-      if (s !== "cancelled") return s;
-      if (stopStringHit || messageClosed) return "stop";
-      return "cancelled";
-    },
-  };
+  /** Decoded text pieces (empty ones skipped; "" for a prefill step, WAITING for a batched
+   *  wait), the final flush included. */
+  *text(): Generator<string | typeof WAITING> {
+    for (const ev of this.events()) {
+      if (ev.wait) yield WAITING;
+      else if (ev.text || ev.tick) yield ev.text;
+    }
+    const rest = this.flushText();
+    if (rest) yield rest;
+  }
+
+  /** The engine stops with "cancelled" whenever shouldStop fires; tell our own reasons apart. */
+  finishReason(messageClosed: boolean): CompletionResult["finishReason"] {
+    const s = this.#stats!.stopReason;
+    if (s !== "cancelled") return s;
+    if (this.stopHit || messageClosed) return "stop";
+    return "cancelled";
+  }
 }
 
 function samplerOptions(o: GenOptions) {
