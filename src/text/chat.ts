@@ -228,26 +228,39 @@ export function renderChat(input: ChatInput): Segment[] {
     w.internalSystem("tool-declare", toolDeclareBody(input.tools, false));
   }
   // Effort is validated and emitted only while thinking is on (case thinking_effort_without_thinking).
-  if (thinking && input.thinking_effort != null) {
-    const effort = input.thinking_effort;
-    if (!(VALID_THINKING_EFFORTS as readonly string[]).includes(effort)) {
-      throw new K3Error("USAGE", `unsupported thinking_effort=${JSON.stringify(effort)}`, [
-        `supported values are ${VALID_THINKING_EFFORTS.join(", ")}`,
-      ]);
-    }
-    w.internalSystem(
-      "thinking-effort",
-      "`thinking_effort` guides on how much to think in your thinking channel (not including the response channel), " +
-        "supported values include `low`, `medium`, `high`, and `max`.\n" +
-        `Now the system is invoked with \`thinking_effort=${effort}\`.`,
-    );
-  }
+  if (thinking && input.thinking_effort != null) renderThinkingEffort(w, input.thinking_effort);
+  renderMessages(w, input.messages, thinking);
+  renderToolChoice(w, input.tool_choice);
+  renderResponseFormat(w, input.response_format, input.response_schema);
 
+  if (input.add_generation_prompt ?? true) {
+    w.open("message", [["role", "assistant"]]);
+    w.open(thinking ? "think" : "response");
+  }
+  images.checkAllUsed();
+  return w.out;
+}
+
+function renderThinkingEffort(w: SegmentWriter, effort: string): void {
+  if (!(VALID_THINKING_EFFORTS as readonly string[]).includes(effort)) {
+    throw new K3Error("USAGE", `unsupported thinking_effort=${JSON.stringify(effort)}`, [
+      `supported values are ${VALID_THINKING_EFFORTS.join(", ")}`,
+    ]);
+  }
+  w.internalSystem(
+    "thinking-effort",
+    "`thinking_effort` guides on how much to think in your thinking channel (not including the response channel), " +
+      "supported values include `low`, `medium`, `high`, and `max`.\n" +
+      `Now the system is invoked with \`thinking_effort=${effort}\`.`,
+  );
+}
+
+function renderMessages(w: SegmentWriter, messages: ChatMessage[], thinking: boolean): void {
   // Tool messages are numbered 1.. after each assistant turn; a tool message without a name takes
   // the name of the call at its position (case tool_result_unmatched).
   let currentCalls: ToolCallInput[] = [];
   let toolIndex = 0;
-  for (const [pos, msg] of reorderToolResults(input.messages).entries()) {
+  for (const [pos, msg] of reorderToolResults(messages).entries()) {
     switch (msg.role) {
       case "user":
       case "system": {
@@ -289,26 +302,20 @@ export function renderChat(input: ChatInput): Segment[] {
         ]);
     }
   }
+}
 
-  if (input.tool_choice === "required") {
+function renderToolChoice(w: SegmentWriter, choice: ChatInput["tool_choice"]): void {
+  if (choice === "required") {
     w.internalSystem(
       "tool-choice",
       "The system is invoked with `tool_choice=required`.\nYou MUST call tools in the next message.",
     );
-  } else if (input.tool_choice === "none") {
+  } else if (choice === "none") {
     w.internalSystem(
       "tool-choice",
       "The system is invoked with `tool_choice=none`.\nYou MUST NOT call any tools in the next message.",
     );
   }
-  renderResponseFormat(w, input.response_format, input.response_schema);
-
-  if (input.add_generation_prompt ?? true) {
-    w.open("message", [["role", "assistant"]]);
-    w.open(thinking ? "think" : "response");
-  }
-  images.checkAllUsed();
-  return w.out;
 }
 
 function roleAttrs(msg: ChatMessage): [string, string][] {
