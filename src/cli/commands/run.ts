@@ -5,8 +5,8 @@
 // the stats line is printed, and the exit status is 130.
 import { accessSync, constants, readFileSync, statSync } from "node:fs";
 import { dirname, resolve } from "node:path";
-import { streamCompletion, type CompletionResult } from "../../conversation.ts";
-import type { Engine } from "../../engine.ts";
+import { streamCompletion, type CompletionResult, type GenOptions } from "../../conversation.ts";
+import type { Engine, Session } from "../../engine.ts";
 import { K3Error } from "../../errors.ts";
 import { log } from "../../log.ts";
 import { statsJson, statsLine, timingsJson } from "../../report.ts";
@@ -63,23 +63,7 @@ export default defineCommand({
     // shown as cut (the stop token's id would already be printed). Refuse rather than mislead.
     if (sampling.stop?.length && args.ids !== undefined) throw new K3Error("USAGE", "--stop matches text and cannot be combined with --ids");
     const stdinPrompt = dirOperand === "-";
-    const sources = [text !== undefined, args.prompt !== undefined, args["prompt-file"] !== undefined, args.ids !== undefined, stdinPrompt].filter(Boolean).length;
-    if (sources > 1) throw new K3Error("USAGE", "give only one prompt: PROMPT, --prompt, --prompt-file, --ids or -");
-    let prompt: string | number[];
-    if (args.ids !== undefined) {
-      prompt = parseIds(args.ids, "--ids");
-      if (prompt.length === 0) throw new K3Error("USAGE", "--ids needs at least one token id");
-    } else if (text !== undefined) prompt = text;
-    else if (args.prompt !== undefined) prompt = args.prompt;
-    else if (args["prompt-file"] !== undefined && args["prompt-file"] !== "-") prompt = readPromptFile(args["prompt-file"]);
-    else if (stdinPrompt || args["prompt-file"] === "-" || !process.stdin.isTTY) prompt = stripOneNewline(await readStdin());
-    else if (args["load-session"]) prompt = [];
-    else throw new K3Error("USAGE", 'no prompt: k3 run [DIR] "text", --prompt, --prompt-file, --ids, or text on stdin', ["k3 run --help shows the rules"]);
-    // A restored session may continue without new text (an empty stdin included).
-    if (prompt.length === 0) {
-      if (!args["load-session"]) throw new K3Error("USAGE", "the prompt is empty");
-      prompt = [];
-    }
+    const prompt = await readPrompt({ text, prompt: args.prompt, file: args["prompt-file"], ids: args.ids, stdin: stdinPrompt, loadSession: args["load-session"] });
     if (args["save-session"]) checkWritableFile(args["save-session"], "--save-session");
 
     const dir = await modelDirOrDemo(pickModel(stdinPrompt ? undefined : dirOperand, args.model));
@@ -92,31 +76,7 @@ export default defineCommand({
       // A restored session continues: its tokens come first, the new prompt (if any) after them.
       const promptIds = typeof prompt === "string" ? engine.tokenizer().encode(prompt) : prompt;
       const fullPrompt = args["load-session"] ? [...session.tokens, ...promptIds] : prompt;
-      let cancelled = false;
-      const onSigint = () => (cancelled = true);
-      process.on("SIGINT", onSigint);
-      const progress = prefillProgress({ bytesRead: () => bytesRead(engine) });
-      const it = streamCompletion(engine, session, fullPrompt, { maxTokens: gen, ...sampling, shouldStop: () => cancelled, onPrefill: progress });
-      let result: CompletionResult;
-      let printed = 0;
-      try {
-        for (;;) {
-          const r = it.next();
-          if (r.done) {
-            result = r.value;
-            break;
-          }
-          if (!args.json) {
-            if (!idsOut) process.stdout.write(r.value.text);
-            else for (const id of r.value.ids) process.stdout.write(`${printed++ > 0 ? " " : ""}${id}`);
-          }
-          // Let the event loop run between tokens so Ctrl-C is noticed within one token.
-          await Bun.sleep(0);
-        }
-      } finally {
-        progress?.clear();
-        process.off("SIGINT", onSigint);
-      }
+      const { result, cancelled } = await generateToStdout(engine, session, fullPrompt, { maxTokens: gen, ...sampling }, args.json ? "nothing" : idsOut ? "ids" : "text");
       const stats = result.stats;
       if (args["save-session"]) engine.saveSession(session, args["save-session"]);
       if (args.json) {
@@ -140,6 +100,53 @@ export default defineCommand({
     }
   },
 });
+
+/** The prompt from its one source (PROMPT, --prompt, --prompt-file, --ids, or stdin); [] when a
+ *  restored session continues without one. */
+async function readPrompt(from: { text?: string; prompt?: string; file?: string; ids?: string; stdin: boolean; loadSession?: string }): Promise<string | number[]> {
+  const sources = [from.text !== undefined, from.prompt !== undefined, from.file !== undefined, from.ids !== undefined, from.stdin].filter(Boolean).length;
+  if (sources > 1) throw new K3Error("USAGE", "give only one prompt: PROMPT, --prompt, --prompt-file, --ids or -");
+  let prompt: string | number[];
+  if (from.ids !== undefined) {
+    prompt = parseIds(from.ids, "--ids");
+    if (prompt.length === 0) throw new K3Error("USAGE", "--ids needs at least one token id");
+  } else if (from.text !== undefined) prompt = from.text;
+  else if (from.prompt !== undefined) prompt = from.prompt;
+  else if (from.file !== undefined && from.file !== "-") prompt = readPromptFile(from.file);
+  else if (from.stdin || from.file === "-" || !process.stdin.isTTY) prompt = stripOneNewline(await readStdin());
+  else if (from.loadSession) prompt = [];
+  else throw new K3Error("USAGE", 'no prompt: k3 run [DIR] "text", --prompt, --prompt-file, --ids, or text on stdin', ["k3 run --help shows the rules"]);
+  // A restored session may continue without new text (an empty stdin included).
+  if (prompt.length === 0) {
+    if (!from.loadSession) throw new K3Error("USAGE", "the prompt is empty");
+    prompt = [];
+  }
+  return prompt;
+}
+
+/** Generate, writing each piece to stdout as it comes (`print`: its text, its ids, or nothing for
+ *  --json); Ctrl-C stops after the current token (`cancelled`). */
+async function generateToStdout(engine: Engine, session: Session, prompt: string | number[], opts: GenOptions, print: "text" | "ids" | "nothing"): Promise<{ result: CompletionResult; cancelled: boolean }> {
+  let cancelled = false;
+  const onSigint = () => (cancelled = true);
+  process.on("SIGINT", onSigint);
+  const progress = prefillProgress({ bytesRead: () => bytesRead(engine) });
+  const it = streamCompletion(engine, session, prompt, { ...opts, shouldStop: () => cancelled, onPrefill: progress });
+  let printed = 0;
+  try {
+    for (;;) {
+      const r = it.next();
+      if (r.done) return { result: r.value, cancelled };
+      if (print === "text") process.stdout.write(r.value.text);
+      else if (print === "ids") for (const id of r.value.ids) process.stdout.write(`${printed++ > 0 ? " " : ""}${id}`);
+      // Let the event loop run between tokens so Ctrl-C is noticed within one token.
+      await Bun.sleep(0);
+    }
+  } finally {
+    progress?.clear();
+    process.off("SIGINT", onSigint);
+  }
+}
 
 /**
  * Which operand is the model folder and which the prompt (RUN_OPERAND_RULE). `other.prompt`: a
