@@ -72,7 +72,6 @@ export async function runJob<D, R>(place: JobPlace, req: Request, job: Job<D, R>
     place.sessions.give(session);
     releasePlace();
   };
-  /** Before stepping the generator again: wait for the engine's step if it is waiting for one. */
   const pace = (d: D) => (waits(d) ? engine.turn() : undefined);
   const t0 = performance.now();
   let gen: Generator<D, R>;
@@ -91,26 +90,47 @@ export async function runJob<D, R>(place: JobPlace, req: Request, job: Job<D, R>
     release();
     job.done(r, performance.now() - t0);
   };
+  const started: Started<D, R> = { job, gen, first, pace, finish, release, cancelled: () => cancelled, cancel: () => (cancelled = true) };
+  return stream ? sseResponse(started) : await jsonResponse(started);
+}
 
-  if (!stream) {
-    try {
-      let step = first;
-      while (!step.done) {
-        await pace(step.value);
-        step = gen.next();
-      }
-      finish(step.value);
-      return Response.json(job.body(step.value));
-    } catch (err) {
-      release();
-      throw toApiError(err, job.promptParam);
+/** A job holding its place and session, its generator stepped once: what answering it needs. */
+interface Started<D, R> {
+  job: Job<D, R>;
+  gen: Generator<D, R>;
+  first: IteratorResult<D, R>;
+  /** Before stepping the generator again: wait for the engine's step if it is waiting for one. */
+  pace(d: D): Promise<void> | undefined;
+  /** After the last step: record the time, give the place and session back, report the result. */
+  finish(r: R): void;
+  /** Give the place and session back (once; later calls do nothing). */
+  release(): void;
+  cancelled(): boolean;
+  cancel(): void;
+}
+
+/** Drive the generator to its end and answer with one JSON body. */
+async function jsonResponse<D, R>({ job, gen, first, pace, finish, release }: Started<D, R>): Promise<Response> {
+  try {
+    let step = first;
+    while (!step.done) {
+      await pace(step.value);
+      step = gen.next();
     }
+    finish(step.value);
+    return Response.json(job.body(step.value));
+  } catch (err) {
+    release();
+    throw toApiError(err, job.promptParam);
   }
+}
 
+/** Answer with an SSE stream, one event per chunk, driving the generator as the stream runs. */
+function sseResponse<D, R>({ job, gen, first, pace, finish, release, cancelled, cancel }: Started<D, R>): Response {
   const body = new ReadableStream<Uint8Array>({
     async start(controller) {
       const send = (payload: unknown) => {
-        if (!cancelled) controller.enqueue(sse(payload));
+        if (!cancelled()) controller.enqueue(sse(payload));
       };
       try {
         let step = first;
@@ -121,17 +141,17 @@ export async function runJob<D, R>(place: JobPlace, req: Request, job: Job<D, R>
         }
         finish(step.value);
         for (const c of job.finalChunks(step.value)) send(c);
-        if (!cancelled) controller.enqueue(encoder.encode("data: [DONE]\n\n"));
+        if (!cancelled()) controller.enqueue(encoder.encode("data: [DONE]\n\n"));
       } catch (err) {
         release();
         const e = toApiError(err, job.promptParam);
         log.error(`generation failed mid-stream: ${e.message}`);
         send(e.body());
       }
-      if (!cancelled) controller.close();
+      if (!cancelled()) controller.close();
     },
     cancel() {
-      cancelled = true;
+      cancel();
     },
   });
   return new Response(body, {
