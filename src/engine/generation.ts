@@ -1,0 +1,313 @@
+// One generation (Engine.generate): the prompt fed in chunk steps, then decode passes (with
+// speculation: verify passes over drafts), each token checked finite before it is picked, and
+// the generation's figures. The session stays consistent wherever the caller stops iterating.
+import type { ModelConfig } from "../checkpoint/types.ts";
+import type { ByteCensus } from "../checkpoint/census.ts";
+import { K3Error } from "../errors.ts";
+import type { Kernels } from "../kernels.ts";
+import type { MemoryPlan } from "../memory/plan.ts";
+import type { TrunkFormat } from "../memory/pack.ts";
+import { diffStats, zeroStats, type WeightStats } from "../model/weights.ts";
+import { verifyDrafts, type TargetRule } from "../speculate/accept.ts";
+import { SpeculationCost, type PassCostPrior } from "../speculate/cost.ts";
+import type { Draft } from "../speculate/drafter.ts";
+import { NgramDrafter } from "../speculate/ngram.ts";
+import { parseSpeculate, Speculator, type SpeculateSetting } from "../speculate/speculator.ts";
+import type { GenerateOptions, GenerationStats, Sampler, TokenEvent } from "../engine.ts";
+import { WAIT_EVENT, type Passes } from "./passes.ts";
+import type { Session } from "./session.ts";
+
+/** What a generation needs to know of its engine besides the passes. */
+export interface GenerationSetup {
+  /** Speculation the engine was opened with (requests default to it). */
+  speculate: SpeculateSetting;
+  trunk: TrunkFormat;
+  /** What a one-position decode pass is expected to read, before any is measured (passCostPrior). */
+  costPrior: () => PassCostPrior;
+}
+
+export class Generation {
+  private readonly stop: Set<number>;
+  private readonly batched: boolean;
+  private readonly before: WeightStats;
+  /** Batched: this generation's share of each pass (the passes add to it). */
+  private readonly acc: { io: WeightStats };
+  private readonly t0 = performance.now();
+  private readonly promptTokens: number;
+  private readonly spec: Speculator | undefined;
+  private prefillMs = 0;
+  private afterPrefill!: WeightStats;
+  private generated = 0;
+  private decodeSteps = 0;
+  /** Accepted drafts the session took without a pass of their own. */
+  private extraTokens = 0;
+  private decodeMs = 0;
+  private stepMs = 0;
+  private logits!: Float32Array;
+  // Tokens the last verify pass decided, in order; `next` is the next one to emit. decided[0]
+  // follows the pass's first position, which the session already holds; decided[i ≥ 1] follows
+  // the kept draft decided[i − 1], which the session takes (model.keep) just before.
+  private decided: number[] = [];
+  private next = 0;
+  /** A verify pass whose trace rows wait for the number of positions kept. */
+  private traced: number | undefined;
+
+  /** Checks the request before any model work (a refused request changes nothing). */
+  constructor(
+    private readonly p: Passes,
+    private readonly setup: GenerationSetup,
+    private readonly session: Session,
+    private readonly prompt: number[],
+    private readonly opts: GenerateOptions,
+  ) {
+    this.stop = new Set(opts.stopIds ?? []);
+    this.batched = opts.batched ?? false;
+    this.before = p.weights.stats();
+    this.acc = { io: zeroStats(this.before.ioMode) };
+    this.promptTokens = session.pending.length + prompt.length;
+    if (this.promptTokens === 0) throw new K3Error("USAGE", "nothing to generate from: the prompt is empty");
+    if (session.position + this.promptTokens > p.context)
+      throw new K3Error("CONTEXT", `prompt of ${this.promptTokens} tokens does not fit the context limit (${p.context} tokens, ${session.position} used)`);
+    // A request asking for more drafts than the engine has room for is refused. Batched
+    // generations speculate only where a verify pass cannot hold up others (batchedMaySpeculate);
+    // elsewhere a request's setting has no effect, and is not checked.
+    this.spec = this.batched && !batchedMaySpeculate(p.parallel) ? undefined : this.speculator();
+  }
+
+  *run(): Generator<TokenEvent, GenerationStats> {
+    const logits = yield* this.prefill();
+    // Stopped inside the prefill: the tokens fed so far stay in the session, the rest never entered
+    // it (no token was produced, so no time per token either).
+    if (logits === undefined) return { ...this.stats("cancelled"), msPerToken: 0 };
+    this.logits = logits;
+    this.stepMs = this.prefillMs;
+    let stopReason: GenerationStats["stopReason"];
+    try {
+      stopReason = yield* this.decode();
+    } finally {
+      this.flushTrace();
+      if (this.batched) this.p.batch.release(this.session.state);
+    }
+    return this.stats(stopReason);
+  }
+
+  /** Counters so far: batched, this generation's share of each pass; else everything read since it began. */
+  private ioSoFar(): WeightStats {
+    return this.batched ? this.acc.io : diffStats(this.p.weights.stats(), this.before);
+  }
+
+  /** The prompt in chunk steps; the logits after it, or undefined when stopped inside it. */
+  private *prefill(): Generator<TokenEvent, Float32Array | undefined> {
+    const { opts } = this;
+    const steps = this.p.prefillSteps(this.session, this.prompt, opts.onPrefill, this.batched, this.acc);
+    let step = steps.next();
+    try {
+      while (!step.done) {
+        if (step.value === WAIT_EVENT) {
+          yield WAIT_EVENT;
+          step = steps.next();
+          continue;
+        }
+        // Between prefill chunks: let the caller breathe (event loop) and honour a stop request.
+        if (opts.yieldDuringPrefill) yield { id: -1, index: -1, ms: 0, prefill: step.value as { done: number; total: number } };
+        if (opts.shouldStop?.()) break;
+        step = steps.next();
+      }
+    } finally {
+      // Abandoned while a piece waited for its step: withdraw the ticket (Passes.pass's finally).
+      if (!step.done) steps.return(undefined as never);
+    }
+    this.prefillMs = performance.now() - this.t0;
+    this.afterPrefill = this.ioSoFar();
+    return step.done ? step.value : undefined;
+  }
+
+  /** Emit tokens until maxTokens, a stop id, the context's end, or shouldStop. */
+  private *decode(): Generator<TokenEvent, GenerationStats["stopReason"]> {
+    const { session, opts } = this;
+    while (this.generated < opts.maxTokens) {
+      if (opts.shouldStop?.()) return "cancelled";
+      const id = this.nextToken();
+      if (this.stop.has(id)) {
+        // The stop token is part of the sequence (a chat turn ends with it) but not emitted.
+        session.pending.push(id);
+        return "stop";
+      }
+      // Pending before the yield: a caller that stops iterating here leaves the session
+      // consistent (the emitted token is fed first on the next call).
+      session.pending.push(id);
+      yield { id, index: this.generated, ms: this.stepMs };
+      this.generated++;
+      if (this.generated >= opts.maxTokens) break;
+      if (session.position + session.pending.length > this.p.context) return "context";
+      if (this.next < this.decided.length) continue;
+      // Every decided token is out: other sessions' passes may run again (verifyPass held them).
+      if (this.batched) this.p.batch.release(session.state);
+      yield* this.decodePass();
+    }
+    return "length";
+  }
+
+  /** The next token: one the last verify pass decided, else the pick from the last logits. */
+  private nextToken(): number {
+    if (this.next >= this.decided.length) return this.pick(this.logits, this.opts.sampler, this.generated, this.session.position);
+    if (this.next > 0) {
+      // The pending token is an accepted draft: the session takes it (no weights read).
+      const s = performance.now();
+      this.p.model.keep(this.session.state);
+      this.session.pending = [];
+      this.stepMs = performance.now() - s;
+      this.decodeMs += this.stepMs;
+      this.extraTokens++;
+    }
+    return this.decided[this.next++]!;
+  }
+
+  /** The next decode pass: the pending token alone, or with drafts (a verify pass). */
+  private *decodePass(): Generator<TokenEvent, void> {
+    const { p, session, spec } = this;
+    this.flushTrace();
+    const s = performance.now();
+    const draft: Draft = spec ? spec.propose(session.tokens, Math.min(p.context - session.position - 1, this.opts.maxTokens - this.generated - 1)) : { tokens: [] };
+    const bytesBefore = p.weights.stats();
+    let accepted = 0;
+    if (draft.tokens.length === 0) {
+      this.logits = (yield* p.pass(session, session.pending.splice(0), true, "decode", this.batched, this.acc))!;
+      this.decided = [];
+    } else {
+      const pos0 = session.position;
+      const ids = [...session.pending.splice(0), ...draft.tokens];
+      const rows = yield* p.verifyPass(session, ids, this.batched, this.acc);
+      this.traced = pos0;
+      const row = (i: number) => {
+        this.pick(rows[i]!, undefined, this.generated + i, pos0 + i); // every row used is checked finite
+        return rows[i]!;
+      };
+      const verdict = verifyDrafts(row, draft, targetRule(p.k, this.opts.sampler));
+      this.decided = verdict.tokens;
+      accepted = verdict.accepted;
+    }
+    this.next = 0;
+    spec?.observe(1 + draft.tokens.length, ...bytesSince(p.weights.stats(), bytesBefore), draft.tokens.length, accepted);
+    this.decodeSteps++;
+    this.stepMs = performance.now() - s;
+    this.decodeMs += this.stepMs;
+  }
+
+  private flushTrace(): void {
+    if (this.traced !== undefined) this.p.trace?.flush(this.traced, this.session.state.pos - this.traced);
+    this.traced = undefined;
+  }
+
+  /**
+   * This request's speculator, or undefined when it does not speculate: off (engine or request),
+   * or a sampler that does not expose its distribution (exact speculative sampling needs it).
+   */
+  private speculator(): Speculator | undefined {
+    const { opts, session } = this;
+    const setting = parseSpeculate(opts.speculate ?? this.setup.speculate, "speculate");
+    const room = this.p.model.drafts;
+    if (typeof setting === "number" && setting > room)
+      throw new K3Error("USAGE", `speculate ${setting}: this engine has room for ${room} drafts per pass (opened with --speculate ${this.setup.speculate})`);
+    if (setting === "off" || room === 0 || (opts.sampler && !opts.sampler.distribution)) return undefined;
+    session.speculationCost ??= new SpeculationCost(this.setup.costPrior());
+    return new Speculator(setting, room, opts.drafter ?? new NgramDrafter(), session.speculationCost);
+  }
+
+  /** The next token from `logits`: checked finite first (never an answer picked around a NaN),
+   *  then the sampler's choice, or greedy (their argmax, lowest id on ties). */
+  private pick(logits: Float32Array, sampler: Sampler | undefined, generated: number, position: number): number {
+    const greedy = this.p.k.k3_argmax(logits, logits.length);
+    if (greedy < 0) throw nonFiniteLogits(logits, generated === 0 ? "after the prompt" : `after generated token ${generated}`, position);
+    return sampler ? sampler.sample(logits) : greedy;
+  }
+
+  /** The generation's figures: counters over the whole run (batched: its share of each pass),
+   *  and per decode step after the prefill. */
+  private stats(stopReason: GenerationStats["stopReason"]): GenerationStats {
+    const io = this.ioSoFar();
+    const dec = diffStats(io, this.afterPrefill);
+    // Per token decided by a decode pass: one per pass, plus the accepted drafts that were used.
+    const decided = this.decodeSteps + this.extraTokens;
+    const per = (x: number) => (decided > 0 ? x / decided : 0);
+    return {
+      promptTokens: this.promptTokens,
+      generatedTokens: this.generated,
+      prefillMs: this.prefillMs,
+      decodeMs: this.decodeMs,
+      msPerToken: decided > 0 ? this.decodeMs / decided : this.prefillMs,
+      stopReason,
+      io,
+      decodeSteps: this.decodeSteps,
+      decodedTokens: decided,
+      ioPerToken: {
+        bytesRead: per(dec.trunkBytesRead + dec.expertBytesRead),
+        trunkBytes: per(dec.trunkBytesRead),
+        expertBytes: per(dec.expertBytesRead),
+        reads: per(dec.reads),
+        hits: per(dec.expertHits),
+        requests: per(dec.expertRequests),
+      },
+      speculation: this.spec ? { ...this.spec.counters } : { draftedTokens: 0, acceptedTokens: 0, verifyPasses: 0 },
+      peakRssBytes: peakRssBytes(),
+      trunk: this.setup.trunk,
+    };
+  }
+}
+
+/**
+ * Whether a batched generation may speculate: only with one session per pass (--parallel 1).
+ * A verify pass's rows, logit rows and rollback scratch are one session's, so it runs alone, and
+ * its accepted drafts must be kept before any other pass runs: with several streams a verify
+ * step would stall the others for what a batch step already gives them (the trunk read once for
+ * every stream in it). docs/SERVER.md, "Speculation".
+ */
+function batchedMaySpeculate(parallel: number): boolean {
+  return parallel === 1;
+}
+
+/** What a one-position decode pass is expected to read and multiply, before any is measured. */
+export function passCostPrior(cfg: ModelConfig, census: ByteCensus, plan: MemoryPlan | undefined): PassCostPrior {
+  const moeLayers = cfg.numLayers - cfg.firstKDense;
+  const missShare = plan ? Math.max(0, 1 - plan.expertSlots / plan.expertCount) : 0;
+  return {
+    trunkBytes: plan ? plan.streamedBytesPerToken : 0,
+    expertBytes: plan ? plan.expertBytesPerTokenAllMiss * missShare : 0,
+    activeBytes: census.trunkBytes + census.headBytes + moeLayers * cfg.topK * census.expertBytes,
+    numExperts: cfg.numExperts,
+    topK: cfg.topK,
+  };
+}
+
+/** How a verify pass decides: greedy is the engine's own argmax (as in plain decoding). */
+function targetRule(k: Kernels, sampler: Sampler | undefined): TargetRule {
+  if (sampler?.distribution) return { kind: "sample", distribution: sampler.distribution };
+  return { kind: "greedy", argmax: (l) => k.k3_argmax(l, l.length) };
+}
+
+/** Trunk and expert bytes read between two snapshots. */
+function bytesSince(a: WeightStats, b: WeightStats): [number, number] {
+  return [a.trunkBytesRead - b.trunkBytesRead, a.expertBytesRead - b.expertBytesRead];
+}
+
+/** The model produced NaN or ±inf logits: broken weights. Never pick a token from them. */
+function nonFiniteLogits(logits: Float32Array, step: string, position: number): K3Error {
+  let nan = 0;
+  let inf = 0;
+  let first = -1;
+  for (let i = 0; i < logits.length; i++) {
+    const v = logits[i]!;
+    if (Number.isFinite(v)) continue;
+    if (first < 0) first = i;
+    if (Number.isNaN(v)) nan++;
+    else inf++;
+  }
+  return new K3Error("CHECKPOINT", `the model's logits ${step} (position ${position}) are not finite: ${nan} NaN and ${inf} infinite of ${logits.length}, the first at token id ${first}`, [
+    "a weight of this model is NaN or infinite (or produces such values): check the checkpoint (k3 verify, or a fresh download)",
+  ]);
+}
+
+/** Peak resident set size from the OS (getrusage maxrss, KiB on Linux). */
+export function peakRssBytes(): number {
+  return process.resourceUsage().maxRSS * 1024;
+}

@@ -1,0 +1,124 @@
+// What Engine.open decides before any weight is read (context, prefill chunk, drafts per verify
+// pass, parallel sessions, the prefix cache's RAM tier, the trunk, the memory plan) and the
+// streamed weights it then loads. Every refusal here comes before a byte of weights is read.
+import type { Checkpoint } from "../checkpoint/catalogue.ts";
+import { K3Error } from "../errors.ts";
+import type { Kernels } from "../kernels.ts";
+import { loadPack, TRUNK_FORMATS, type PackedTrunk, type TrunkFormat } from "../memory/pack.ts";
+import { contextFor, DEFAULT_PARALLEL_CAP, defaultParallel, defaultPrefixCacheBytes, planInputFromCensus, planMemory, residentChunk, sessionStateBytes, type MemoryPlan } from "../memory/plan.ts";
+import { gib, resolveBudget, usableRam } from "../memory/ram.ts";
+import { streamSlots } from "../memory/slots.ts";
+import { StreamingWeights } from "../memory/stream.ts";
+import { loadChecksums } from "../memory/verify.ts";
+import { autoDrafts } from "../model/buffers.ts";
+import { parseSpeculate, type SpeculateSetting } from "../speculate/speculator.ts";
+import type { EngineOptions } from "../engine.ts";
+
+/** An engine's sizes, decided at open. */
+export interface EngineSizing {
+  context: number;
+  /** Tokens per prefill pass: EngineOptions.chunk, the planner's choice, or residentChunk. */
+  chunk: number;
+  speculate: SpeculateSetting;
+  /** Drafts one verify pass holds (its buffers are sized for them); 0: no verify buffers. */
+  drafts: number;
+  parallel: number;
+  prefixRam: number;
+  trunk: TrunkFormat;
+  pack: PackedTrunk | undefined;
+  /** The memory plan the streamed weights follow; undefined with `resident`. */
+  plan: MemoryPlan | undefined;
+}
+
+/** The engine's sizes for `opts` on this checkpoint, with `threads` compute threads. */
+export function sizeEngine(checkpoint: Checkpoint, opts: EngineOptions, threads: number): EngineSizing {
+  const cfg = checkpoint.config;
+  const context = contextFor(cfg, opts.context);
+  // Without --chunk: the planner's choice under a budget (planSizing), the compute rule when resident.
+  const chunk = opts.chunk ?? residentChunk(cfg, context);
+  const speculate = parseSpeculate(opts.speculate ?? "auto", "speculate");
+  // Automatic drafts follow the chunk (autoDrafts); a given number must fit one verify pass.
+  const drafts = speculate === "off" ? 0 : speculate === "auto" ? autoDrafts(chunk) : speculate;
+  if (opts.chunk !== undefined || opts.resident) checkDrafts(speculate, chunk);
+  // Sessions and the prefix cache's RAM tier: sized before the plan, which holds them.
+  const parallel = opts.parallel === "auto" ? DEFAULT_PARALLEL_CAP : (opts.parallel ?? 1);
+  const ramOpt = opts.prefixCache?.ramBytes ?? (opts.prefixCache ? "auto" : 0);
+  const prefixRam = typeof ramOpt === "number" ? ramOpt : parallel * sessionStateBytes(cfg, context);
+  const trunk = opts.trunk ?? "bf16";
+  if (!TRUNK_FORMATS.includes(trunk)) throw new K3Error("USAGE", `--trunk must be one of ${TRUNK_FORMATS.join(", ")}, got ${JSON.stringify(trunk)}`);
+  if (opts.resident && trunk !== "bf16") throw new K3Error("USAGE", "--resident reads the release's exact trunk; a packed trunk (--trunk) is read through the planner (give a budget that fits it all instead)");
+  const pack = trunk === "bf16" ? undefined : loadPack(checkpoint, trunk);
+  const sizing: EngineSizing = { context, chunk, speculate, drafts, parallel, prefixRam, trunk, pack, plan: undefined };
+  if (opts.resident) return { ...sizing, drafts: withoutAutoDrafts(speculate, parallel, drafts) };
+  return planSizing(checkpoint, opts, threads, sizing, ramOpt === "auto");
+}
+
+/** The plan under the budget, and the sizes it settles: parallel "auto", the prefix cache's
+ *  "auto" RAM tier, the chunk (unless given) and the automatic drafts that follow it. */
+function planSizing(checkpoint: Checkpoint, opts: EngineOptions, threads: number, s: EngineSizing, autoPrefixRam: boolean): EngineSizing {
+  const budget = resolveBudget(opts.preset, opts.ram);
+  if (!budget.source.startsWith("auto") && !opts.allowOverRam) refuseOverRam(budget);
+  const pieces = { ...opts.trunkPieces, tensors: s.pack?.tensors };
+  const input = planInputFromCensus(checkpoint.config, checkpoint.layout.census, budget.bytes, s.context, threads, opts.chunk, streamSlots(checkpoint, pieces), s.drafts);
+  const parallel = opts.parallel === "auto" ? defaultParallel(input) : s.parallel;
+  input.parallel = parallel;
+  let drafts = withoutAutoDrafts(s.speculate, parallel, s.drafts);
+  // auto drafts with one session follow the chunk, which the planner may still choose
+  input.drafts = s.speculate === "auto" && drafts > 0 && opts.chunk === undefined ? undefined : drafts;
+  const prefixRam = autoPrefixRam ? defaultPrefixCacheBytes(input) : s.prefixRam;
+  input.prefixCacheBytes = prefixRam;
+  const plan = planMemory(input); // without opts.chunk the planner chooses the chunk (plan.chunkChoice says why)
+  const chunk = plan.prefillChunk;
+  checkDrafts(s.speculate, chunk);
+  if (input.drafts === undefined) drafts = autoDrafts(chunk);
+  return { ...s, chunk, drafts, parallel, prefixRam, plan };
+}
+
+/** With several sessions per pass batched generation does not speculate (batchedMaySpeculate):
+ *  "auto" then allocates no verify buffers; an explicit N keeps them (for unbatched generation). */
+function withoutAutoDrafts(speculate: SpeculateSetting, parallel: number, drafts: number): number {
+  return speculate === "auto" && parallel > 1 ? 0 : drafts;
+}
+
+/** A given number of drafts must fit one verify pass: 1 + drafts positions in a chunk. */
+function checkDrafts(speculate: SpeculateSetting, chunk: number): void {
+  if (typeof speculate === "number" && 1 + speculate > chunk)
+    throw new K3Error("USAGE", `--speculate ${speculate} needs a verify pass of ${1 + speculate} positions, more than the ${chunk}-token chunk`, [`use --chunk ${1 + speculate} or more, or fewer drafts per pass`]);
+}
+
+/** A budget past usable RAM would push the machine into swap: refused unless allowOverRam. */
+function refuseOverRam(budget: { bytes: number; source: string }): void {
+  const usable = usableRam();
+  if (budget.bytes > usable.bytes)
+    throw new K3Error("BUDGET", `the budget ${budget.source} (${gib(budget.bytes)}) is more than this machine's usable RAM ${gib(usable.bytes)} (${usable.binding.source}): it would swap`, [
+      "choose a smaller --preset or --ram (k3 plan shows what each one does, for any machine)",
+      "or pass --allow-over-ram (EngineOptions.allowOverRam) if you know the memory will be there",
+    ]);
+}
+
+/** The streamed weights `plan` lays out, the pinned pieces read in steps (yields after each
+ *  lands); closed again if an error or the caller stops the opening first. */
+export function* openStreaming(k: Kernels, checkpoint: Checkpoint, plan: MemoryPlan, pack: PackedTrunk | undefined, opts: EngineOptions): Generator<void, StreamingWeights> {
+  const streaming = new StreamingWeights(k, checkpoint, {
+    pinnedPieces: plan.pinnedPieces,
+    ringSlots: plan.ringSlots,
+    coreSlots: plan.coreSlots,
+    pieces: opts.trunkPieces,
+    trunk: pack && { tensors: pack.tensors, files: [{ file: pack.path, bytes: pack.fileBytes }], blockCrc: pack.blockCrc },
+    expertSlots: plan.expertSlots,
+    prefetch: (opts.prefetch ?? true) && plan.readerMayRunAhead,
+    direct: opts.direct ?? true,
+    ioThreads: opts.ioThreads,
+    policy: opts.policy ?? "lfru",
+    checksums: opts.verify ? loadChecksums(checkpoint) : undefined,
+    onProgress: opts.onProgress && ((d, t) => opts.onProgress!("loading pinned layers", d, t, "bytes")),
+  });
+  let loaded = false;
+  try {
+    yield* streaming.loadPinned();
+    loaded = true;
+  } finally {
+    if (!loaded) streaming.close(); // an error, or the caller stopped the opening
+  }
+  return streaming;
+}
