@@ -419,18 +419,7 @@ function planAt(input: PlanInput, chunk: number): FixedPlan {
   if (!Number.isInteger(contextTokens) || contextTokens < 1) throw new K3Error("USAGE", `context must be ≥ 1 token, got ${contextTokens}`);
   if (!Number.isInteger(chunk) || chunk < 1) throw new K3Error("USAGE", `prefill chunk must be ≥ 1 token, got ${chunk}`);
 
-  const floor = floorBytes(input, chunk);
-  if (floor > budgetBytes) {
-    const maxContext = maxContextAt(input, chunk);
-    const sessions = parallelOf(input) > 1 ? ` and ${parallelOf(input)} sessions` : "";
-    throw new K3Error("BUDGET", `RAM budget ${gib(budgetBytes)} is below the floor ${gib(floor)} for a ${contextTokens}-token context${sessions}`, [
-      `need ${floor} bytes (${gib(floor)}): whole trunk streamed through the rings at their minimum, ${cfg.topK} expert slots`,
-      `usable ${budgetBytes} bytes (${gib(budgetBytes)})`,
-      maxContext > 0 ? `at this budget the context could be at most ${maxContext} tokens (--context ${maxContext})` : "no context length fits this budget",
-      ...(parallelOf(input) > 1 ? [`${parallelOf(input)} parallel sessions: at most ${maxParallelAt(input, chunk)} fit this budget (--parallel)`] : []),
-      ...((input.prefixCacheBytes ?? 0) > 0 ? [`the prefix cache's RAM tier takes ${gib(input.prefixCacheBytes!)}`] : []),
-    ]);
-  }
+  refuseBelowFloor(input, chunk);
 
   const slots = input.slots ?? censusSlots(input);
   const expertSlotBytes = slots.expertBytes;
@@ -459,38 +448,9 @@ function planAt(input: PlanInput, chunk: number): FixedPlan {
   const pinnedLayers = layers.filter(unitPinned);
   const streamedLayers = layers.filter((L) => !unitPinned(L));
   const headResident = unitPinned(N);
-  const pinnedOf = (head: boolean) => pieces.filter((p) => p.pinned && (p.unit === N) === head);
-  const headPinned = pinnedOf(true);
-  const layerPinned = pinnedOf(false);
   const workingSet = cfg.topK * moeLayerCount(cfg);
-  const pieceNote = slots.pieceBytes === Infinity ? "whole units" : `pieces ≤ ${gib(slots.pieceBytes)}`;
-  const items: PlanItem[] = [
-    ...fixed,
-    {
-      name: "pinned trunk",
-      bytes: sum(layerPinned.map((p) => ({ bytes: p.slotBytes }))),
-      count: layerPinned.length,
-      note: `${layerPinned.length} of ${pieces.filter((p) => p.unit < N).length} layer pieces resident (largest first): ${pinnedLayers.length} of ${N} layers whole`,
-    },
-    {
-      name: "head",
-      bytes: sum(headPinned.map((p) => ({ bytes: p.slotBytes }))),
-      note: headResident ? "lm_head + final norms, resident" : headPinned.length ? "lm_head + final norms, partly resident" : "lm_head + final norms, streamed through the rings",
-    },
-    {
-      name: "trunk ring",
-      bytes: ring * ringSlotBytes,
-      count: ring,
-      note: ring === 0 ? "no matrix streamed" : ring === 1 ? "1 slot: the reader must not run ahead" : `2 slots (${pieceNote}): next piece read while one computes`,
-    },
-    { name: "core ring", bytes: coreSlots * coreSlotBytes, count: coreSlots, note: coreSlots === 0 ? "every layer's small tensors resident" : "2 slots: the next layer's small tensors (norms, router) read ahead" },
-    {
-      name: "expert slots",
-      bytes: expertSlots * expertSlotBytes,
-      count: expertSlots,
-      note: `${(expertSlots / workingSet).toFixed(2)}× one token's working set of ${workingSet}`,
-    },
-  ];
+  const placed = { ring, ringSlotBytes, coreSlots, coreSlotBytes, expertSlots, expertSlotBytes };
+  const items: PlanItem[] = [...fixed, ...placedItems(cfg, pieces, slots.pieceBytes, placed, pinnedLayers.length, headResident)];
   const totalBytes = sum(items);
   if (totalBytes > budgetBytes) throw new K3Error("INTERNAL", `plan sums to ${totalBytes} over the budget ${budgetBytes}`);
   return {
@@ -514,6 +474,66 @@ function planAt(input: PlanInput, chunk: number): FixedPlan {
     streamedBytesPerToken: streamed.reduce((a, p) => a + p.bytes, 0),
     expertBytesPerTokenAllMiss: workingSet * input.expertBytes,
   };
+}
+
+/** Below the floor no plan exists: refused with the numbers, and what would fit this budget. */
+function refuseBelowFloor(input: PlanInput, chunk: number): void {
+  const { cfg, budgetBytes, contextTokens } = input;
+  const floor = floorBytes(input, chunk);
+  if (floor <= budgetBytes) return;
+  const maxContext = maxContextAt(input, chunk);
+  const sessions = parallelOf(input) > 1 ? ` and ${parallelOf(input)} sessions` : "";
+  throw new K3Error("BUDGET", `RAM budget ${gib(budgetBytes)} is below the floor ${gib(floor)} for a ${contextTokens}-token context${sessions}`, [
+    `need ${floor} bytes (${gib(floor)}): whole trunk streamed through the rings at their minimum, ${cfg.topK} expert slots`,
+    `usable ${budgetBytes} bytes (${gib(budgetBytes)})`,
+    maxContext > 0 ? `at this budget the context could be at most ${maxContext} tokens (--context ${maxContext})` : "no context length fits this budget",
+    ...(parallelOf(input) > 1 ? [`${parallelOf(input)} parallel sessions: at most ${maxParallelAt(input, chunk)} fit this budget (--parallel)`] : []),
+    ...((input.prefixCacheBytes ?? 0) > 0 ? [`the prefix cache's RAM tier takes ${gib(input.prefixCacheBytes!)}`] : []),
+  ]);
+}
+
+/** The plan's lines for what was placed within the budget: pinned layer pieces, the head, the
+ *  two rings and the expert slots. */
+function placedItems(
+  cfg: ModelConfig,
+  pieces: PlanPiece[],
+  pieceBytes: number,
+  p: { ring: number; ringSlotBytes: number; coreSlots: number; coreSlotBytes: number; expertSlots: number; expertSlotBytes: number },
+  pinnedLayers: number,
+  headResident: boolean,
+): PlanItem[] {
+  const N = cfg.numLayers;
+  const pinnedOf = (head: boolean) => pieces.filter((x) => x.pinned && (x.unit === N) === head);
+  const headPinned = pinnedOf(true);
+  const layerPinned = pinnedOf(false);
+  const workingSet = cfg.topK * moeLayerCount(cfg);
+  const pieceNote = pieceBytes === Infinity ? "whole units" : `pieces ≤ ${gib(pieceBytes)}`;
+  return [
+    {
+      name: "pinned trunk",
+      bytes: sum(layerPinned.map((x) => ({ bytes: x.slotBytes }))),
+      count: layerPinned.length,
+      note: `${layerPinned.length} of ${pieces.filter((x) => x.unit < N).length} layer pieces resident (largest first): ${pinnedLayers} of ${N} layers whole`,
+    },
+    {
+      name: "head",
+      bytes: sum(headPinned.map((x) => ({ bytes: x.slotBytes }))),
+      note: headResident ? "lm_head + final norms, resident" : headPinned.length ? "lm_head + final norms, partly resident" : "lm_head + final norms, streamed through the rings",
+    },
+    {
+      name: "trunk ring",
+      bytes: p.ring * p.ringSlotBytes,
+      count: p.ring,
+      note: p.ring === 0 ? "no matrix streamed" : p.ring === 1 ? "1 slot: the reader must not run ahead" : `2 slots (${pieceNote}): next piece read while one computes`,
+    },
+    { name: "core ring", bytes: p.coreSlots * p.coreSlotBytes, count: p.coreSlots, note: p.coreSlots === 0 ? "every layer's small tensors resident" : "2 slots: the next layer's small tensors (norms, router) read ahead" },
+    {
+      name: "expert slots",
+      bytes: p.expertSlots * p.expertSlotBytes,
+      count: p.expertSlots,
+      note: `${(p.expertSlots / workingSet).toFixed(2)}× one token's working set of ${workingSet}`,
+    },
+  ];
 }
 
 /** Largest context whose floor fits the budget (0 if none): binary search, floor grows with context. */
