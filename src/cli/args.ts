@@ -66,6 +66,32 @@ export interface ParsedCommandLine {
 /** Parse `argv` (the arguments after the command name) against the table; USAGE errors for
  *  unknown options, missing values, bad boolean values, missing or extra operands. */
 export function parseCommandLine(table: ArgTable, argv: string[], command: string): ParsedCommandLine {
+  const { values, canonical, operands, unknown, problems } = scanArgv(table, argv);
+  if (unknown.length) {
+    const hints = unknown.map((u) => suggest(u, table)).filter((s): s is string => s !== undefined);
+    throw new K3Error("USAGE", `unknown option${unknown.length > 1 ? "s" : ""} ${unknown.join(", ")} for k3 ${command}`, [...hints, `k3 ${command} --help lists the options`]);
+  }
+  if (problems.length) throw new K3Error("USAGE", problems[0]!, problems.slice(1));
+
+  const args = values as ParsedCommandLine["args"];
+  args._ = operands;
+  table.positionals.forEach((p, i) => {
+    if (operands[i] !== undefined) args[p.name] = operands[i];
+    else if (p.required) throw new K3Error("USAGE", `k3 ${command} needs ${operandName(p)}`, [`k3 ${command} --help shows the usage`]);
+  });
+  if (operands.length > table.positionals.length) {
+    const extra = operands.slice(table.positionals.length);
+    throw new K3Error("USAGE", `unexpected argument${extra.length > 1 ? "s" : ""} ${extra.map((x) => JSON.stringify(x)).join(", ")} for k3 ${command}`, [
+      table.positionals.length ? `k3 ${command} takes ${table.positionals.map(operandName).join(" and ")}; quote text that has spaces` : `k3 ${command} takes no operands`,
+    ]);
+  }
+  for (const o of table.options) if (values[o.name] === undefined && o.def.default !== undefined) args[o.name] = o.def.default as string | boolean;
+  return { args, rawArgs: [...canonical, "--", ...operands] };
+}
+
+/** One pass over `argv`: option values (and their canonical long form), operands, and what was
+ *  wrong (unknown options, missing or bad values), all collected for parseCommandLine to report. */
+function scanArgv(table: ArgTable, argv: string[]) {
   const values: Record<string, string | boolean | undefined> = {};
   const canonical: string[] = [];
   const operands: string[] = [];
@@ -128,27 +154,7 @@ export function parseCommandLine(table: ArgTable, argv: string[], command: strin
     }
     operands.push(a);
   }
-
-  if (unknown.length) {
-    const hints = unknown.map((u) => suggest(u, table)).filter((s): s is string => s !== undefined);
-    throw new K3Error("USAGE", `unknown option${unknown.length > 1 ? "s" : ""} ${unknown.join(", ")} for k3 ${command}`, [...hints, `k3 ${command} --help lists the options`]);
-  }
-  if (problems.length) throw new K3Error("USAGE", problems[0]!, problems.slice(1));
-
-  const args = values as ParsedCommandLine["args"];
-  args._ = operands;
-  table.positionals.forEach((p, i) => {
-    if (operands[i] !== undefined) args[p.name] = operands[i];
-    else if (p.required) throw new K3Error("USAGE", `k3 ${command} needs ${operandName(p)}`, [`k3 ${command} --help shows the usage`]);
-  });
-  if (operands.length > table.positionals.length) {
-    const extra = operands.slice(table.positionals.length);
-    throw new K3Error("USAGE", `unexpected argument${extra.length > 1 ? "s" : ""} ${extra.map((x) => JSON.stringify(x)).join(", ")} for k3 ${command}`, [
-      table.positionals.length ? `k3 ${command} takes ${table.positionals.map(operandName).join(" and ")}; quote text that has spaces` : `k3 ${command} takes no operands`,
-    ]);
-  }
-  for (const o of table.options) if (values[o.name] === undefined && o.def.default !== undefined) args[o.name] = o.def.default as string | boolean;
-  return { args, rawArgs: [...canonical, "--", ...operands] };
+  return { values, canonical, operands, unknown, problems };
 }
 
 /** Every value of a repeatable option (`--stop`, `--alias`), in order: citty keeps only the last,
