@@ -471,23 +471,7 @@ export class Model {
       save(seg, b.kda_v.ptr, 2);
     }
     // 2. causal short conv (width 4, history carried across calls) + SiLU, per session
-    const conv = (t0: number, rows: number, hq: Addr, hk: Addr, hv: Addr) => {
-      k.k3_kda_conv_silu(at(b.kda_q.ptr, t0 * rowBytes), t("q_conv1d.weight"), hq, P, rows);
-      k.k3_kda_conv_silu(at(b.kda_k.ptr, t0 * rowBytes), t("k_conv1d.weight"), hk, P, rows);
-      k.k3_kda_conv_silu(at(b.kda_v.ptr, t0 * rowBytes), t("v_conv1d.weight"), hv, P, rows);
-    };
-    for (const seg of segs) {
-      const st = this.kdaState(seg.state, L);
-      const drafted = seg.verify ? seg.ids.length - 1 : 0;
-      if (drafted === 0) conv(seg.row0, seg.ids.length, st.convQ.ptr, st.convK.ptr, st.convV.ptr);
-      else {
-        conv(seg.row0, 1, st.convQ.ptr, st.convK.ptr, st.convV.ptr);
-        const hb = (c.convKernel - 1) * rowBytes; // one history: [width − 1][P]
-        const scratch = (n: number) => at(b.spec_conv.ptr, n * hb);
-        [st.convQ, st.convK, st.convV].forEach((h, n) => k.k3_mem_copy(scratch(n), h.ptr, hb));
-        conv(seg.row0 + 1, drafted, scratch(0), scratch(1), scratch(2));
-      }
-    }
+    this.kdaConv(segs, L, t);
     // 3. per-head L2 norm (a SUM of squares), q additionally × D^-0.5
     k.k3_l2norm_heads(b.kda_q.ptr, H, D, T, 1e-6, 1 / Math.sqrt(D));
     k.k3_l2norm_heads(b.kda_k.ptr, H, D, T, 1e-6, 1);
@@ -505,6 +489,49 @@ export class Model {
       save(seg, b.kda_beta.ptr, 6, H * F);
     }
     // 6. delta rule: decay, update, then read o from the UPDATED state — per session
+    this.kdaRecurrence(segs, L);
+    // 7. o = RMSNorm_per_head(o, o_norm) · sigmoid(g_proj·x)   (norm first, then gate)
+    k.k3_rmsnorm_f32w(b.kda_o.ptr, D, t("o_norm.weight"), b.kda_o.ptr, D, D, T * H, c.rmsEps);
+    this.mm(w("g_proj.weight"), x, b.kda_gp.ptr, P, E, T);
+    k.k3_mul_sigmoid(b.kda_o.ptr, b.kda_gp.ptr, T * P);
+    // 8. out = o_proj·o
+    this.mm(w("o_proj.weight"), b.kda_o.ptr, b.a.ptr, E, P, T);
+  }
+
+  /** KDA step 2 on each segment's rows: the short conv over its session's history (a verify
+   *  segment's drafted rows on a scratch copy of it, so the session's stays as the first row left it). */
+  private kdaConv(segs: Placed[], L: number, t: (s: string) => Addr): void {
+    const k = this.k;
+    const b = this.b;
+    const P = this.cfg.kdaHeads * this.cfg.kdaHeadDim;
+    const rowBytes = P * F;
+    const conv = (t0: number, rows: number, hq: Addr, hk: Addr, hv: Addr) => {
+      k.k3_kda_conv_silu(at(b.kda_q.ptr, t0 * rowBytes), t("q_conv1d.weight"), hq, P, rows);
+      k.k3_kda_conv_silu(at(b.kda_k.ptr, t0 * rowBytes), t("k_conv1d.weight"), hk, P, rows);
+      k.k3_kda_conv_silu(at(b.kda_v.ptr, t0 * rowBytes), t("v_conv1d.weight"), hv, P, rows);
+    };
+    for (const seg of segs) {
+      const st = this.kdaState(seg.state, L);
+      const drafted = seg.verify ? seg.ids.length - 1 : 0;
+      if (drafted === 0) conv(seg.row0, seg.ids.length, st.convQ.ptr, st.convK.ptr, st.convV.ptr);
+      else {
+        conv(seg.row0, 1, st.convQ.ptr, st.convK.ptr, st.convV.ptr);
+        const hb = (this.cfg.convKernel - 1) * rowBytes; // one history: [width − 1][P]
+        const scratch = (n: number) => at(b.spec_conv.ptr, n * hb);
+        [st.convQ, st.convK, st.convV].forEach((h, n) => k.k3_mem_copy(scratch(n), h.ptr, hb));
+        conv(seg.row0 + 1, drafted, scratch(0), scratch(1), scratch(2));
+      }
+    }
+  }
+
+  /** KDA step 6 on each segment's rows: the delta rule on its session's state (a verify segment's
+   *  drafted rows on a scratch copy of it, as in kdaConv). */
+  private kdaRecurrence(segs: Placed[], L: number): void {
+    const k = this.k;
+    const b = this.b;
+    const H = this.cfg.kdaHeads;
+    const D = this.cfg.kdaHeadDim;
+    const P = H * D;
     for (const seg of segs) {
       const st = this.kdaState(seg.state, L);
       const row = (buf: CBuf, r: number, width = P) => at(buf.ptr, r * width * F);
@@ -518,12 +545,6 @@ export class Model {
         rec(seg.row0 + 1, drafted, b.spec_S.ptr);
       }
     }
-    // 7. o = RMSNorm_per_head(o, o_norm) · sigmoid(g_proj·x)   (norm first, then gate)
-    k.k3_rmsnorm_f32w(b.kda_o.ptr, D, t("o_norm.weight"), b.kda_o.ptr, D, D, T * H, c.rmsEps);
-    this.mm(w("g_proj.weight"), x, b.kda_gp.ptr, P, E, T);
-    k.k3_mul_sigmoid(b.kda_o.ptr, b.kda_gp.ptr, T * P);
-    // 8. out = o_proj·o
-    this.mm(w("o_proj.weight"), b.kda_o.ptr, b.a.ptr, E, P, T);
   }
 
   private kdaState(state: SessionState, L: number) {
