@@ -3,7 +3,9 @@
 // anything: the thread limits of the kernel library): a typo or an impossible value is a usage
 // error (exit 2) in milliseconds, never a failure after minutes of loading.
 import type { ArgsDef } from "citty";
+import { accessSync, constants, statSync } from "node:fs";
 import { availableParallelism } from "node:os";
+import { dirname, resolve } from "node:path";
 import { Engine, ISA_NAMES, parseSpeculate, POLICY_NAMES, TRUNK_FORMATS, type EngineOptions } from "../engine.ts";
 import { PRESETS } from "../inspect.ts";
 import { K3Error } from "../errors.ts";
@@ -174,4 +176,21 @@ export function pickModel(operand: string | undefined, option: string | undefine
 /** Read all of stdin as UTF-8 text. */
 export async function readStdin(): Promise<string> {
   return await new Response(Bun.stdin.stream()).text();
+}
+
+/** A file k3 will write after a long generation: refuse now what would fail then. */
+export function checkWritableFile(path: string, flag: string): void {
+  const target = resolve(path);
+  let st;
+  try {
+    st = statSync(target);
+  } catch {
+    // does not exist yet: its folder must
+  }
+  if (st?.isDirectory()) throw new K3Error("USAGE", `${flag} ${path} is a folder; name a file in it (e.g. ${path.replace(/\/$/, "")}/session.k3s)`);
+  try {
+    accessSync(st ? target : dirname(target), constants.W_OK);
+  } catch {
+    throw new K3Error("USAGE", `${flag} ${path}: cannot write ${st ? "this file" : "there (its folder does not exist or is not writable)"}`);
+  }
 }

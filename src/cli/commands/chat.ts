@@ -12,13 +12,12 @@ import { log } from "../../log.ts";
 import { statsJson, statsLine } from "../../report.ts";
 import { stylesFor } from "../../term.ts";
 import { defineCommand } from "../command.ts";
-import { engineArgs, engineOptions, modelOption, openEngine, pickModel, positiveInt, readStdin } from "../common.ts";
+import { checkWritableFile, engineArgs, engineOptions, modelOption, openEngine, pickModel, positiveInt, readStdin } from "../common.ts";
 import { modelDirOrDemo } from "../demo.ts";
 import { prefillProgress } from "../progress.ts";
 import { repl, type SessionFiles } from "../repl.ts";
 import { samplingArgs, samplingOptions } from "../sampling-args.ts";
 import { parseChatInput, parseEffort, reasoningBudget } from "../chat-options.ts";
-import { checkWritableFile } from "./run.ts";
 
 export const CHAT_DEFAULT_TEMPERATURE = 1.0;
 export const CHAT_DEFAULT_GEN = 1024;

@@ -3,21 +3,20 @@
 // stdout carries only the generated text (or ids, or one JSON object with --json); logs, progress
 // and the stats line go to stderr. Ctrl-C stops after the current token: what was printed stays,
 // the stats line is printed, and the exit status is 130.
-import { accessSync, constants, readFileSync, statSync } from "node:fs";
-import { dirname, resolve } from "node:path";
+import { readFileSync, statSync } from "node:fs";
 import { streamCompletion, type CompletionResult, type GenOptions } from "../../conversation.ts";
 import type { Engine, Session } from "../../engine.ts";
 import { K3Error } from "../../errors.ts";
 import { log } from "../../log.ts";
 import { statsJson, statsLine, timingsJson } from "../../report.ts";
 import { defineCommand } from "../command.ts";
-import { engineArgs, engineOptions, modelOption, openEngine, pickModel, positiveInt, readStdin } from "../common.ts";
+import { checkWritableFile, engineArgs, engineOptions, modelOption, openEngine, pickModel, positiveInt, readStdin } from "../common.ts";
 import { modelDirOrDemo } from "../demo.ts";
 import { parseIds } from "../ids.ts";
 import { prefillProgress } from "../progress.ts";
 import { samplingArgs, samplingOptions } from "../sampling-args.ts";
 
-export const RUN_OPERAND_RULE =
+const RUN_OPERAND_RULE =
   "DIR and PROMPT: with two operands the first is the model folder and the second the prompt. With one, it is the model folder " +
   "if -m, --prompt, --prompt-file or --ids is given, or if it names an existing folder; otherwise it is the prompt, and the model is " +
   "$K3_MODEL, else the built-in demo. One operand that is a file, or looks like a path (has a / and no spaces) but does not exist, " +
@@ -152,7 +151,7 @@ async function generateToStdout(engine: Engine, session: Session, prompt: string
  * Which operand is the model folder and which the prompt (RUN_OPERAND_RULE). `other.prompt`: a
  * prompt came from a flag. Throws USAGE when one operand cannot be told apart safely.
  */
-export function splitOperands(first: string | undefined, second: string | undefined, modelFlag: string | undefined, other: { prompt: boolean }): { dir?: string; text?: string } {
+function splitOperands(first: string | undefined, second: string | undefined, modelFlag: string | undefined, other: { prompt: boolean }): { dir?: string; text?: string } {
   if (modelFlag !== undefined) {
     if (second !== undefined) throw new K3Error("USAGE", `with -m/--model, give at most one operand (the prompt); got "${first}" and "${second}"`);
     if (first === "-") return { dir: "-" };
@@ -187,23 +186,6 @@ function readPromptFile(path: string): string {
     return readFileSync(path, "utf8");
   } catch (err) {
     throw new K3Error("USAGE", `cannot read the prompt file ${path}: ${(err as Error).message}`);
-  }
-}
-
-/** A file k3 will write after a long generation: refuse now what would fail then. */
-export function checkWritableFile(path: string, flag: string): void {
-  const target = resolve(path);
-  let st;
-  try {
-    st = statSync(target);
-  } catch {
-    // does not exist yet: its folder must
-  }
-  if (st?.isDirectory()) throw new K3Error("USAGE", `${flag} ${path} is a folder; name a file in it (e.g. ${path.replace(/\/$/, "")}/session.k3s)`);
-  try {
-    accessSync(st ? target : dirname(target), constants.W_OK);
-  } catch {
-    throw new K3Error("USAGE", `${flag} ${path}: cannot write ${st ? "this file" : "there (its folder does not exist or is not writable)"}`);
   }
 }
 
