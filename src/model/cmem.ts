@@ -1,7 +1,7 @@
 // Buffers in C memory (k3_mem_alloc): kernels get raw addresses without a ptr() call per use, and
 // buffers the C side keeps between calls (model state, caches) can never be moved or collected by
 // the JS GC. Each set is freed by its owner (CBuffers.free); the one backstop is the engine's
-// finalizer for a session whose owner dropped it without close() (src/engine.ts).
+// finalizer for a session whose owner dropped it without close() (src/engine/session.ts).
 import { toArrayBuffer, type Pointer } from "bun:ffi";
 import { K3Error } from "../errors.ts";
 import type { Kernels } from "../kernels.ts";
