@@ -1,8 +1,8 @@
 // The matrices of each trunk unit, in the order the forward pass (forward.ts) multiplies by them.
 // The streaming provider reads the trunk in this order, a few hundred MB at a time (src/memory/
 // pieces.ts): while one piece computes, the next is read. The order is a promise the forward pass
-// keeps (test/walk.test.ts records its requests); breaking it costs speed, never bits (a piece
-// that is not in memory is read on demand).
+// keeps (test/pieces.test.ts, "the walk", records its requests); breaking it costs speed, never
+// bits (a piece that is not in memory is read on demand).
 //
 // A "matrix" here is a 2-D weight used whole by one kernel call (a matmul, or MLA's kv_b). Every
 // other trunk tensor (norms, the router gate and bias, convs, gates, the AttnRes projections) is

@@ -7,9 +7,10 @@
 //
 // `adhocSign` writes the signature `bun build --compile` writes for darwin-arm64 (one SHA-256
 // CodeDirectory, version 0x20400, flags adhoc | linker-signed, identifier "a.out", 4 KiB pages,
-// no requirements): test/release.test.ts re-signs Bun's own darwin-arm64 output and gets the same
-// bytes. Bun 1.4.5 leaves its darwin-x64 output with the runtime's original (now invalid)
-// signature, so the release re-signs that one.
+// no requirements): `npm run release` (tools/release/build.ts) re-signs Bun's own darwin-arm64
+// output and refuses to go on unless it gets the same bytes; test/ports.test.ts checks a signature
+// written here verifies and that a changed byte is caught. Bun 1.4.5 leaves its darwin-x64 output
+// with the runtime's original (now invalid) signature, so the release re-signs that one.
 //
 // Layout facts used (Apple's cs_blobs.h): the SuperBlob and its blobs are big-endian; the Mach-O
 // header and load commands are little-endian (both darwin targets are little-endian).
