@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from copymix import copy_row, draw_copy, heldout_copy_windows  # noqa: E402
 from model import K3Tiny, KDA, LatentMoE, MLA, bf16_round_, mxfp4_pack, mxfp4_quantize  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -48,6 +49,11 @@ def parse():
     p.add_argument("--ckpt-every", type=int, default=25)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--threads", type=int, default=int(os.environ.get("K3_TRAIN_THREADS", "1")))
+    p.add_argument("--copy-frac", type=float, default=0.0, help="share of the windows that are copy windows (copymix.py), from step --copy-from on")
+    p.add_argument("--copy-from", type=int, default=0)
+    p.add_argument("--copy-min", type=int, default=8, help="shortest repeated span (tokens)")
+    p.add_argument("--copy-max", type=int, default=64, help="longest repeated span (tokens; 2x it must fit in seq + 1)")
+    p.add_argument("--copy-windows", type=int, default=64, help="held-out copy windows for the copy rate in the log")
     p.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint")
     p.add_argument("--export-only", action="store_true", help="skip training (use the checkpoint as is)")
     return p.parse_args()
@@ -62,7 +68,13 @@ def load_tokens(path):
 def batch_at(tokens, step, args):
     g = torch.Generator().manual_seed(args.seed * 1_000_003 + step)
     starts = torch.randint(0, tokens.numel() - args.seq - 1, (args.batch,), generator=g)
-    rows = torch.stack([tokens[s : s + args.seq + 1] for s in starts.tolist()])
+    rows = [tokens[s : s + args.seq + 1] for s in starts.tolist()]
+    if args.copy_frac > 0 and step >= args.copy_from:
+        # a second stream, so the natural windows' starts stay those of a run without the mix
+        gc = torch.Generator().manual_seed(args.seed * 2_000_003 + step)
+        pick = torch.rand(args.batch, generator=gc) < args.copy_frac
+        rows = [copy_row(r, *draw_copy(gc, args.seq + 1, args.copy_min, args.copy_max)) if c else r for r, c in zip(rows, pick.tolist())]
+    rows = torch.stack(rows)
     return rows[:, :-1], rows[:, 1:]
 
 
@@ -93,6 +105,33 @@ def evaluate(model, val, seq, windows=None, amp=False):
     return total / count
 
 
+@torch.no_grad()
+def copy_eval(model, rows, spans, given=2, amp=False):
+    """Copying on held-out copy windows (copymix.heldout_copy_windows): the model sees the text up
+    to the repeat's first `given` tokens and must reproduce the rest of the repeat (L − given
+    tokens). One teacher-forced forward gives both numbers: `acc`, the share of repeat tokens whose
+    argmax is right given the true prefix, and `prefix`, the share the GREEDY model reproduces in
+    order (greedy output equals the teacher-forced argmax for as long as it has been right, so the
+    in-order run is exact), plus `full`, the windows copied whole."""
+    model.eval()
+    hit = run = total = full = 0
+    for i0 in range(0, rows.shape[0], 16):
+        x = rows[i0 : i0 + 16, :-1]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            pred = model(x).float().argmax(-1)
+        for j, (L, b) in enumerate(spans[i0 : i0 + 16]):
+            want = rows[i0 + j, b + given : b + L]
+            got = pred[j, b + given - 1 : b + L - 1]  # logits at p − 1 predict token p
+            ok = (got == want).tolist()
+            hit += sum(ok)
+            r = ok.index(False) if False in ok else len(ok)
+            run += r
+            full += r == len(ok)
+            total += len(ok)
+    model.train()
+    return {"acc": hit / total, "prefix": run / total, "full": full, "windows": len(spans)}
+
+
 def set_fake_quant(model, on):
     for m in model.moe_layers():
         m.fake_quant = on
@@ -110,7 +149,7 @@ def save_atomic(obj, path):
     os.replace(tmp, path)
 
 
-def train(args, cfg, model, train_tok, val_tok, state):
+def train(args, cfg, model, train_tok, val_tok, state, copy_set):
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.wd}, {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95))
@@ -122,7 +161,7 @@ def train(args, cfg, model, train_tok, val_tok, state):
     qat_from = int(args.steps * (1 - args.qat_frac))
     if step == 0 and not log:
         l0 = evaluate(model, val_tok, args.seq, args.eval_windows, amp=True)
-        log.append({"step": 0, "val": l0, "tokens": 0, "sec": 0.0})
+        log.append({"step": 0, "val": l0, "tokens": 0, "sec": 0.0, "copy": copy_eval(model, *copy_set, amp=True)})
         print(f"step 0: held-out loss {l0:.3f} (ppl {math.exp(l0):.0f})", flush=True)
     t_run = time.time()
     sec0 = state.get("sec", 0.0)
@@ -149,9 +188,10 @@ def train(args, cfg, model, train_tok, val_tok, state):
             print(f"step {step}/{args.steps} train {train_loss_acc / acc_n:.3f} lr {lr_at(step - 1, args):.2e} {sec:.0f}s" + (" (qat)" if step > qat_from else ""), flush=True)
         if step % args.eval_every == 0 or step == args.steps:
             lv = evaluate(model, val_tok, args.seq, args.eval_windows, amp=True)
-            log.append({"step": step, "train": train_loss_acc / acc_n, "val": lv, "tokens": step * args.batch * args.seq, "sec": round(sec, 1)})
+            cp = copy_eval(model, *copy_set, amp=True)
+            log.append({"step": step, "train": train_loss_acc / acc_n, "val": lv, "tokens": step * args.batch * args.seq, "sec": round(sec, 1), "copy": cp})
             train_loss_acc, acc_n = 0.0, 0
-            print(f"step {step}: held-out loss {lv:.3f} (ppl {math.exp(lv):.1f})", flush=True)
+            print(f"step {step}: held-out loss {lv:.3f} (ppl {math.exp(lv):.1f}), copy: {cp['acc']:.3f} of repeat tokens, greedy in order {cp['prefix']:.3f}, {cp['full']}/{cp['windows']} whole", flush=True)
         if step % args.ckpt_every == 0 or step == args.steps:
             save_atomic({"step": step, "model": model.state_dict(), "opt": opt.state_dict(), "log": log, "sec": sec, "args": vars(args)}, ckpt_path)
     state["step"], state["log"], state["sec"] = step, log, sec0 + time.time() - t_run
@@ -332,8 +372,9 @@ def main():
         model.load_state_dict(state["model"])
         print(f"resumed from {ckpt_path} at step {state['step']}", flush=True)
     print(f"params {sum(p.numel() for p in model.parameters())}, train {train_tok.numel()} tokens, held-out {val_tok.numel()}, threads {args.threads}", flush=True)
+    copy_set = heldout_copy_windows(val_tok, args.seq, args.copy_windows, args.copy_min, args.copy_max)
     if not args.export_only:
-        train(args, cfg, model, train_tok, val_tok, state)
+        train(args, cfg, model, train_tok, val_tok, state, copy_set)
 
     # ── the model that ships: round, then evaluate exactly that ──
     model.eval()
@@ -343,6 +384,8 @@ def main():
     report = {"log": state.get("log", []), "train_sec": round(state.get("sec", 0.0), 1), "steps": state.get("step"), "args": vars(args)}
     report["val_loss_rounded"] = evaluate(model, val_tok, args.seq)  # f32, all held-out windows, no autocast
     print(f"held-out loss of the rounded model (f32, all windows): {report['val_loss_rounded']:.4f} (ppl {math.exp(report['val_loss_rounded']):.1f})", flush=True)
+    report["copy_rounded"] = copy_eval(model, *heldout_copy_windows(val_tok, args.seq, 256, args.copy_min, args.copy_max))
+    print(f"copying of the rounded model (256 held-out copy windows): {report['copy_rounded']}", flush=True)
     torch.manual_seed(args.seed)
     init = K3Tiny(cfg)  # the same initial weights as step 0
     report["val_loss_init"] = evaluate(init, val_tok, args.seq, windows=args.eval_windows)
