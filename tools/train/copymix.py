@@ -4,26 +4,34 @@
 # (1% of a repeated sentence at 1,200 steps: docs/TEST-MODELS.md "The trained demo").
 #
 # A copy window is built from seq + 1 consecutive corpus tokens `nat`: a span length L (uniform in
-# [lo, hi]), an insertion point b (uniform in [L, seq + 1 − L]) and a source a (uniform in
-# [0, b − L]) give  nat[:b] + nat[a:a+L] + nat[b:seq+1−L]:  natural text, then the span again
-# (adjacent to its first occurrence when a = b − L, like "S S" prompts; further back otherwise),
-# then the text that followed b. Every token is trained on, as in a natural window.
+# [lo, hi]), a repeat count r (uniform in [1, rmax], at most what fits), an insertion point b
+# (uniform in [L, seq + 1 − r·L]) and a source a (uniform in [0, b − L]) give
+#   nat[:b] + r × nat[a:a+L] + nat[b:seq+1−r·L]:
+# natural text, then the span again r times (adjacent to its first occurrence when a = b − L, like
+# "S S" prompts; further back otherwise), then the text that followed b. Every token is trained
+# on, as in a natural window. Repeating a span more than once gives more tokens per window that
+# only copying predicts (the hope: a stronger signal for an induction-style circuit). Neither one
+# nor up to 6 repeats made the demo model copy in order within 775 steps: docs/TEST-MODELS.md
+# "Copy windows: a negative result".
 import torch
 
 
-def copy_row(nat, L, a, b):
-    """nat: 1-D tensor of seq + 1 tokens → the copy window (same length); the repeat is at [b, b + L)."""
+def copy_row(nat, L, a, b, r=1):
+    """nat: 1-D tensor of seq + 1 tokens → the copy window (same length); the repeats fill [b, b + r·L)."""
     n = nat.numel()
-    assert 0 <= a and a + L <= b and b + L <= n, (L, a, b, n)
-    return torch.cat([nat[:b], nat[a : a + L], nat[b : n - L]])
+    assert r >= 1 and 0 <= a and a + L <= b and b + r * L <= n, (L, a, b, r, n)
+    return torch.cat([nat[:b]] + [nat[a : a + L]] * r + [nat[b : n - r * L]])
 
 
-def draw_copy(g, n, lo, hi):
-    """(L, a, b) for a window of n = seq + 1 tokens, from generator g; needs 2·hi ≤ n."""
+def draw_copy(g, n, lo, hi, rmax=1):
+    """(L, a, b, r) for a window of n = seq + 1 tokens, from generator g; needs 2·hi ≤ n. Draws r
+    even when rmax = 1, so windows (held-out ones included) differ from those of d557ea2, before
+    --copy-repeats existed."""
     L = int(torch.randint(lo, hi + 1, (1,), generator=g))
-    b = int(torch.randint(L, n - L + 1, (1,), generator=g))
+    r = int(torch.randint(1, max(1, min(rmax, (n - L) // L)) + 1, (1,), generator=g))
+    b = int(torch.randint(L, n - r * L + 1, (1,), generator=g))
     a = int(torch.randint(0, b - L + 1, (1,), generator=g))
-    return L, a, b
+    return L, a, b, r
 
 
 def heldout_copy_windows(val, seq, count, lo=8, hi=64, seed=12345):
@@ -34,7 +42,7 @@ def heldout_copy_windows(val, seq, count, lo=8, hi=64, seed=12345):
     rows, spans = [], []
     for i in range(n):
         nat = val[i * (seq + 1) : (i + 1) * (seq + 1)]
-        L, a, b = draw_copy(g, seq + 1, lo, hi)
+        L, a, b, _ = draw_copy(g, seq + 1, lo, hi)  # one repeat: the "S S" case
         rows.append(copy_row(nat, L, a, b))
         spans.append((L, b))
     return torch.stack(rows), spans

@@ -53,6 +53,8 @@ def parse():
     p.add_argument("--copy-from", type=int, default=0)
     p.add_argument("--copy-min", type=int, default=8, help="shortest repeated span (tokens)")
     p.add_argument("--copy-max", type=int, default=64, help="longest repeated span (tokens; 2x it must fit in seq + 1)")
+    p.add_argument("--copy-repeats", type=int, default=1, help="a copy window repeats its span 1..this many times")
+    p.add_argument("--copy-eval-max", type=int, default=64, help="longest repeated span in the held-out copy windows")
     p.add_argument("--copy-windows", type=int, default=64, help="held-out copy windows for the copy rate in the log")
     p.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint")
     p.add_argument("--export-only", action="store_true", help="skip training (use the checkpoint as is)")
@@ -73,7 +75,7 @@ def batch_at(tokens, step, args):
         # a second stream, so the natural windows' starts stay those of a run without the mix
         gc = torch.Generator().manual_seed(args.seed * 2_000_003 + step)
         pick = torch.rand(args.batch, generator=gc) < args.copy_frac
-        rows = [copy_row(r, *draw_copy(gc, args.seq + 1, args.copy_min, args.copy_max)) if c else r for r, c in zip(rows, pick.tolist())]
+        rows = [copy_row(r, *draw_copy(gc, args.seq + 1, args.copy_min, args.copy_max, args.copy_repeats)) if c else r for r, c in zip(rows, pick.tolist())]
     rows = torch.stack(rows)
     return rows[:, :-1], rows[:, 1:]
 
@@ -372,7 +374,7 @@ def main():
         model.load_state_dict(state["model"])
         print(f"resumed from {ckpt_path} at step {state['step']}", flush=True)
     print(f"params {sum(p.numel() for p in model.parameters())}, train {train_tok.numel()} tokens, held-out {val_tok.numel()}, threads {args.threads}", flush=True)
-    copy_set = heldout_copy_windows(val_tok, args.seq, args.copy_windows, args.copy_min, args.copy_max)
+    copy_set = heldout_copy_windows(val_tok, args.seq, args.copy_windows, 8, args.copy_eval_max)
     if not args.export_only:
         train(args, cfg, model, train_tok, val_tok, state, copy_set)
 
@@ -384,7 +386,7 @@ def main():
     report = {"log": state.get("log", []), "train_sec": round(state.get("sec", 0.0), 1), "steps": state.get("step"), "args": vars(args)}
     report["val_loss_rounded"] = evaluate(model, val_tok, args.seq)  # f32, all held-out windows, no autocast
     print(f"held-out loss of the rounded model (f32, all windows): {report['val_loss_rounded']:.4f} (ppl {math.exp(report['val_loss_rounded']):.1f})", flush=True)
-    report["copy_rounded"] = copy_eval(model, *heldout_copy_windows(val_tok, args.seq, 256, args.copy_min, args.copy_max))
+    report["copy_rounded"] = copy_eval(model, *heldout_copy_windows(val_tok, args.seq, 256, 8, args.copy_eval_max))
     print(f"copying of the rounded model (256 held-out copy windows): {report['copy_rounded']}", flush=True)
     torch.manual_seed(args.seed)
     init = K3Tiny(cfg)  # the same initial weights as step 0
