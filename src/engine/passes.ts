@@ -82,7 +82,7 @@ export class Passes {
   }
 
   /** A speculative verify pass: direct, or (batched) a verify ticket that runs alone, after which
-   *  the session holds the scheduler until its decided tokens are out (generate releases it). */
+   *  the session holds the scheduler until its decided tokens are out (Generation.decode releases it). */
   *verifyPass(session: Session, ids: number[], batched: boolean, acc: { io: WeightStats }): Generator<TokenEvent, Float32Array[]> {
     if (!batched) return this.model.verify(session.state, ids);
     const t = this.batch.submit({ state: session.state, ids, logits: true, verify: true }, "verify");
