@@ -7,9 +7,10 @@
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { streamCompletion } from "../src/conversation.ts";
 import { Engine, type ChatMessage } from "../src/engine.ts";
+import { liveCBytes } from "../src/model/cmem.ts";
 import type { K3Server } from "../src/server/server.ts";
 import { tinyModel } from "./helpers/models.ts";
-import { directChatGreedy, directGreedy, post, readSse, serve, until } from "./server.helpers.ts";
+import { directChatGreedy, directGreedy, post, readSse, serve, until, watchSessions } from "./server.helpers.ts";
 
 setDefaultTimeout(120_000);
 
@@ -116,6 +117,22 @@ describe("batched generations", () => {
     expect(cancelled.completion_tokens).toBeLessThan(40);
   });
 
+  test("sampled requests side by side: each seed's ids are its solo run's, whatever shares the step", async () => {
+    const prompt = promptOf(4);
+    const want5 = directSampled(prompt, 24, 1.0, 5);
+    const want6 = directSampled(prompt, 24, 1.0, 6);
+    expect(want6).not.toEqual(want5); // else the test could not see a seed mix-up
+    const s0 = engine.batchStats().steps;
+    const per0 = engine.batchStats().sessionsPerStep[3] ?? 0;
+    // Same prompt three times (two with seed 5, one with 6): any shared sampler, PRNG or logits
+    // buffer between generations shows as a wrong draw.
+    const rs = [5, 5, 6].map((seed) => post(url(), { prompt, max_tokens: 24, temperature: 1.0, seed }));
+    const got = await Promise.all(rs.map(async (r) => ((await (await r).json()) as any).k3.token_ids as number[]));
+    expect(got).toEqual([want5, want5, want6]);
+    expect(engine.batchStats().steps).toBeGreaterThan(s0);
+    expect((engine.batchStats().sessionsPerStep[3] ?? 0) - per0).toBeGreaterThan(5); // they really shared steps
+  });
+
   test("/k3/stats and /metrics show the batch: steps, sessions per step, recent steps", async () => {
     const s = (await (await fetch(`${server.url}/k3/stats`)).json()) as any;
     expect(s.batch.steps).toBeGreaterThan(0);
@@ -125,6 +142,37 @@ describe("batched generations", () => {
     const m = await (await fetch(`${server.url}/metrics`)).text();
     expect(m).toMatch(/k3_batch_step_sessions_total\{sessions="3"\} [1-9]/);
     expect(m).toMatch(/k3_parallel_sessions 3/);
+  });
+});
+
+describe("bounded queue with several slots", () => {
+  let server: K3Server;
+  beforeAll(() => {
+    server = serve(engine, { queue: 1 });
+  });
+  afterAll(() => server.stop());
+
+  test("--parallel 3, --queue 1: three run, one waits, the fifth gets 503 with Retry-After; the waiter then runs, exactly", async () => {
+    const url = `${server.url}/v1/completions`;
+    const want = directGreedy(engine, promptOf(7), 5);
+    const aborts = [0, 1, 2].map(() => new AbortController());
+    const running = aborts.map((ac, k) => post(url, { prompt: promptOf(k), max_tokens: 4000, stream: true }, { signal: ac.signal }).catch(() => null));
+    await until(() => server.queue.running === 3, "three running");
+    const waiter = post(url, { prompt: promptOf(7), max_tokens: 5 });
+    await until(() => server.queue.waiting === 1, "the fourth waiting");
+    const refused = await post(url, { prompt: promptOf(8), max_tokens: 5 });
+    expect(refused.status).toBe(503);
+    expect(Number(refused.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    expect(((await refused.json()) as any).error).toMatchObject({ type: "overloaded_error", code: "queue_full" });
+    expect(server.queue.running).toBe(3); // the refusal took no slot and no place in the queue
+    expect(server.queue.waiting).toBe(1);
+    aborts[0]!.abort(); // one slot frees: the waiter runs
+    const r = await waiter;
+    expect(r.status).toBe(200);
+    expect(((await r.json()) as any).k3.token_ids).toEqual(want.ids);
+    for (const ac of aborts) ac.abort();
+    await Promise.all(running);
+    await until(() => server.queue.running === 0, "idle");
   });
 });
 
@@ -154,7 +202,14 @@ describe("soak", () => {
     for (const [k, ids] of (await Promise.all(keys.map((c) => client(c, 3)))).flat()) expect(ids).toEqual(want[k]!.ids);
     Bun.gc(true);
     const rss0 = process.memoryUsage().rss;
+    const c0 = liveCBytes();
+    const watch = watchSessions(engine);
     const results = (await Promise.all(keys.map((c) => client(c, 20)))).flat();
+    watch.stop();
+    // Nothing in C per request: the server's sessions are reused, no new one is made, and no more
+    // C memory is held than before (read before any GC: a finalizer can only lower it).
+    expect(watch.sessions).toEqual([]);
+    expect(liveCBytes()).toBeLessThanOrEqual(c0);
     Bun.gc(true);
     const growth = process.memoryUsage().rss - rss0;
     expect(results).toHaveLength(160);
@@ -214,6 +269,33 @@ describe("prefix cache", () => {
     expect(s.prefix_cache.hits).toBeGreaterThanOrEqual(3);
     expect(s.prefix_cache.tokens_saved).toBeGreaterThan(0);
     expect(s.prefix_cache.estimated_weight_bytes_saved).toBeGreaterThan(0);
+  });
+
+  test("batched too: three conversations at once on two slots: every second turn starts from a cached prefix, replies equal the cache-off server's", async () => {
+    const both = Engine.open(await tinyModel("tiny-a"), { threads: 1, parallel: 2, chunk: 4, prefixCache: { ramBytes: 2 ** 26 } });
+    const server = serve(both, { modelName: "tiny-a" });
+    try {
+      const history = ["What do owls eat at night?", "Name a river in Spain.", "How are clouds made?"].map((q) => [{ role: "user", content: q }] as ChatMessage[]);
+      const firsts = await Promise.all(history.map((h) => turn(server, h)));
+      for (const [i, h] of history.entries()) {
+        expect(firsts[i]!.content).toBe((await turn(without, h)).content);
+        h.push({ role: "assistant", content: firsts[i]!.content }, { role: "user", content: "Go on." });
+      }
+      const hits0 = both.prefixStats()!.hits;
+      const seconds = await Promise.all(history.map((h) => turn(server, h)));
+      for (const [i, h] of history.entries()) {
+        expect(seconds[i]!.content).toBe((await turn(without, h)).content);
+        expect(seconds[i]!.cached).toBeGreaterThanOrEqual(8);
+        expect(seconds[i]!.cached).toBeLessThan(seconds[i]!.prompt);
+      }
+      // Two sessions, three conversations: at least one second turn came from the cache, not from
+      // a session that still held its conversation; and the turns really shared steps.
+      expect(both.prefixStats()!.hits - hits0).toBeGreaterThanOrEqual(1);
+      expect(both.batchStats().sessionsPerStep[2] ?? 0).toBeGreaterThan(0);
+    } finally {
+      await server.stop();
+      both.close();
+    }
   });
 
   test("a resent identical prompt feeds at most one chunk", async () => {

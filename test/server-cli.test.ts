@@ -1,7 +1,10 @@
 // `k3 serve` as a process: starts on a random port, logs the bound URL on stderr, answers, and
-// exits 0 on SIGTERM.
+// exits 0 on SIGTERM; its batching flags (--parallel, the prefix cache's) are checked, and the
+// prefix cache's disk tier serves the next process.
 import { expect, test } from "bun:test";
-import { tinyModel } from "./helpers/models.ts";
+import { readdirSync } from "node:fs";
+import { serveUrl } from "./helpers/k3-binary.ts";
+import { scratchDir, tinyModel } from "./helpers/models.ts";
 
 test("k3 serve --port 0 prints its URL, serves, and stops on SIGTERM", async () => {
   const dir = await tinyModel("tiny-a");
@@ -47,3 +50,35 @@ test("k3 serve refuses a --cors that is not an origin with a usage error", async
   expect(await proc.exited).toBe(2);
   expect(await new Response(proc.stderr).text()).toContain(`--cors must be '*' or an origin such as https://app.example.com (scheme://host[:port], no path), got "app.example.com"`);
 });
+
+test("k3 serve refuses a bad --parallel, --prefix-cache-ram or --prefix-cache-disk with a usage error naming it", async () => {
+  const dir = await tinyModel("tiny-a");
+  for (const [flag, value] of [["--parallel", "0"], ["--parallel", "two"], ["--prefix-cache-ram", "1Q"], ["--prefix-cache-disk", "lots"]] as const) {
+    const proc = Bun.spawn([process.execPath, "src/cli/main.ts", "serve", dir, "--port", "0", flag, value], { stdout: "pipe", stderr: "pipe" });
+    expect(await proc.exited).toBe(2);
+    const err = await new Response(proc.stderr).text();
+    expect(err).toContain(flag);
+    expect(err).toContain(value);
+  }
+});
+
+test("k3 serve --parallel 2 --prefix-cache-dir: the disk tier outlives the process; the next server resends the prompt from it (cached_tokens), same reply", async () => {
+  const dir = await tinyModel("tiny-a");
+  const cache = scratchDir("serve-prefix-dir");
+  const prompt = Array.from({ length: 70 }, (_, i) => 20 + ((i * 37) % 500));
+  const once = async () => {
+    const proc = Bun.spawn([process.execPath, "src/cli/main.ts", "serve", dir, "--port", "0", "--threads", "1", "--parallel", "2", "--prefix-cache-dir", cache], { stdout: "pipe", stderr: "pipe" });
+    const url = await serveUrl(proc);
+    const r = (await (await fetch(`${url}/v1/completions`, { method: "POST", body: JSON.stringify({ prompt, max_tokens: 4 }) })).json()) as any;
+    proc.kill("SIGTERM");
+    expect(await proc.exited).toBe(0);
+    return { ids: r.k3.token_ids as number[], cached: r.usage.prompt_tokens_details?.cached_tokens ?? 0 };
+  };
+  const first = await once();
+  expect(first.cached).toBe(0);
+  expect(readdirSync(cache).length).toBeGreaterThan(0); // closing the engine wrote its snapshots
+  const second = await once();
+  expect(second.ids).toEqual(first.ids);
+  expect(second.cached).toBeGreaterThan(0);
+  expect(second.cached).toBeLessThan(prompt.length);
+}, 60_000);

@@ -90,12 +90,13 @@ const UNITS: Record<string, number> = {
 /**
  * Parse a size: a number with an optional suffix. K/M/G/T (and KiB…TiB) are binary (G = 2^30);
  * KB/MB/GB/TB are decimal (GB = 10^9); no suffix = bytes. Case-insensitive; "7.5G" is allowed.
+ * `flag` names the option the text came from, for the error.
  */
-export function parseSize(text: string): number {
+export function parseSize(text: string, flag?: string): number {
   const m = /^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$/i.exec(text);
   const unit = m ? UNITS[m[2]!.toUpperCase()] : undefined;
   if (!m || unit === undefined)
-    throw new K3Error("USAGE", `invalid size "${text}"`, ["use a number with K/M/G/T (binary, G = 2^30) or KB/MB/GB/TB (decimal)"]);
+    throw new K3Error("USAGE", `invalid size "${text}"${flag ? ` for ${flag}` : ""}`, ["use a number with K/M/G/T (binary, G = 2^30) or KB/MB/GB/TB (decimal)"]);
   return Math.floor(Number(m[1]) * unit);
 }
 
@@ -119,7 +120,7 @@ export interface Budget {
 
 /** --ram wins over --preset; "auto" reads usable RAM (paths are a parameter for tests). */
 export function resolveBudget(preset: string | undefined, ram: string | undefined, paths: RamPaths = SYSTEM_RAM_PATHS): Budget {
-  if (ram !== undefined && ram !== "") return { bytes: parseSize(ram), source: `--ram ${ram}` };
+  if (ram !== undefined && ram !== "") return { bytes: parseSize(ram, "--ram"), source: `--ram ${ram}` };
   const name = preset ?? "auto";
   if (name === "auto") {
     const u = usableRam(paths);

@@ -130,7 +130,7 @@ export default defineCommand({
     input.promptTokens = prompt;
     input.parallel = parallel;
     const ram = args["prefix-cache-ram"];
-    input.prefixCacheBytes = ram !== undefined ? parseSize(ram) : args.parallel !== undefined ? defaultPrefixCacheBytes(input) : 0;
+    input.prefixCacheBytes = ram !== undefined ? parseSize(ram, "--prefix-cache-ram") : args.parallel !== undefined ? defaultPrefixCacheBytes(input) : 0;
     const plan = planMemory(input);
     if (args.json) process.stdout.write(`${JSON.stringify(snakeKeys({ model, budgetSource: budget.source, trunk, ...plan }), null, 2)}\n`);
     else process.stdout.write(render(plan, budget.source, `${model}; trunk ${trunk}${note}`));

@@ -49,9 +49,9 @@ export default defineCommand({
 
     const parallel = args.parallel === undefined ? "auto" : positiveInt(args.parallel, "--parallel")!;
     const prefixCache = {
-      ramBytes: args["prefix-cache-ram"] === undefined ? ("auto" as const) : parseSize(args["prefix-cache-ram"]),
+      ramBytes: args["prefix-cache-ram"] === undefined ? ("auto" as const) : parseSize(args["prefix-cache-ram"], "--prefix-cache-ram"),
       dir: args["prefix-cache-dir"],
-      diskBytes: parseSize(args["prefix-cache-disk"] ?? "16G"),
+      diskBytes: parseSize(args["prefix-cache-disk"] ?? "16G", "--prefix-cache-disk"),
     };
     const engine = await openEngine(dir, { ...engineOpts, parallel, prefixCache });
     // The folder's name, or a Hugging Face download's repo id ("moonshotai/Kimi-K3").
