@@ -3,7 +3,8 @@
 // machine run it under the machine's big-memory lock (flock LOCKFILE npm run bench:batch).
 //
 //   bun run bench/batch.ts [--quick] [--runs N] [--tokens N] [--ram 6G] [--model DIR] [--no-docs]
-//                          [--only streams|prefix]
+//                          [--only streams|prefix] [--setup-dir DIR]
+//   bun run bench/batch.ts --merge OUT1.json OUT2.json …   (one report from pieces, into the docs)
 //
 //  1. Streams: 1, 2 and 4 concurrent greedy streams on one engine plan (--parallel 4 for all), each
 //     run in its own process, runs interleaved (1, 2, 4, 1, 2, 4, …). Aggregate generated tokens/s
@@ -15,6 +16,10 @@
 //     (it feeds everything) and with a copy of the disk tier: time to the first token, same reply.
 //  3. bench/out/batch-<stamp>.json (every raw number) + .md; the tables go into docs/BENCH.md
 //     between its batch markers (full runs only, unless --no-docs).
+// A full run takes longer than one slot of a shared machine's big-memory lock, so it can be run in
+// pieces: `--only streams`, then `--only prefix --setup-dir DIR` once or more (the first piece runs
+// the setup and keeps its disk tier and result in DIR; later pieces reuse them, so every piece's
+// turn 2 is the same), then `--merge` of the pieces' JSON renders one report into docs/BENCH.md.
 // Exit 1 when a run failed or an identity check failed.
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -34,6 +39,8 @@ interface Args {
   model: string;
   docs: boolean;
   only?: "streams" | "prefix";
+  setupDir?: string;
+  merge?: string[];
 }
 
 function parseArgs(argv: string[]): Args {
@@ -52,11 +59,13 @@ function parseArgs(argv: string[]): Args {
     else if (x === "--ram") a.ram = argv[++i] ?? "";
     else if (x === "--model") a.model = resolve(argv[++i] ?? "");
     else if (x === "--no-docs") a.docs = false;
+    else if (x === "--setup-dir") a.setupDir = resolve(argv[++i] ?? "");
+    else if (x === "--merge") a.merge = argv.splice(i + 1).map((f) => resolve(f));
     else if (x === "--only") {
       const v = argv[++i];
       if (v !== "streams" && v !== "prefix") throw new Error("--only takes streams or prefix");
       a.only = v;
-    } else throw new Error(`unknown argument ${x} (bench/batch.ts [--quick] [--runs N] [--tokens N] [--ram SIZE] [--model DIR] [--no-docs] [--only streams|prefix])`);
+    } else throw new Error(`unknown argument ${x} (bench/batch.ts [--quick] [--runs N] [--tokens N] [--ram SIZE] [--model DIR] [--no-docs] [--only streams|prefix] [--setup-dir DIR] | --merge OUT.json …)`);
   }
   if (a.quick && !runsSet) a.runs = 1;
   return a;
@@ -105,6 +114,10 @@ interface Report {
   streams: BatchArmResult[];
   prefix: BatchArmResult[];
   problems: string[];
+  /** The setup's result file when this run reused one (--setup-dir): its arm is in that piece. */
+  setupReused?: string;
+  /** --merge: the pieces (file, started, finished, what ran). */
+  pieces?: { file: string; started: string; finished?: string; arms: string }[];
 }
 
 function render(r: Report): string {
@@ -112,6 +125,7 @@ function render(r: Report): string {
   L.push(`### Batching benchmark, ${r.started.slice(0, 10)} (\`npm run bench:batch\`)`, "");
   const m = r.machine as MachineInfo;
   L.push(`Machine: ${m.cpu}, ${m.cores} cores, ${(m.memTotalBytes / 2 ** 30).toFixed(2)} GiB RAM; model on ${m.disk.device} (${m.disk.fsType}); bun ${m.bun}. Model ${r.args.model.replace(ROOT + "/", "")}, budget ${r.args.ram}, ${THREADS} threads, engine --parallel ${PARALLEL} for every streams run. Started ${r.started}, finished ${r.finished}.`, "");
+  if (r.pieces) L.push(`Run in ${r.pieces.length} pieces (one big-memory lock slot each), merged with \`--merge\`: ${r.pieces.map((p) => `${p.arms} ${p.started.slice(11, 16)}–${p.finished?.slice(11, 16)} UTC`).join("; ")}.`, "");
   if (r.streams.length) {
     L.push("**Concurrent streams** (decode steps that carried exactly that many streams; tokens/s = generated tokens ÷ the steps' wall time; bytes = weight bytes read from disk by those steps ÷ their tokens; every run its own process, runs interleaved):", "");
     L.push("| streams | run | decode steps | tokens | tokens/s (all streams) | GB read / generated token | × tokens/s of 1 stream (same round) | peak RSS GiB | load 1m |", "|---|---|---|---|---|---|---|---|---|");
@@ -137,7 +151,8 @@ function render(r: Report): string {
   }
   if (r.prefix.length) {
     const t1 = r.prefix[0]?.spec.turn1?.length ?? 0;
-    L.push(`**Prefix cache**: the second turn of a conversation (${t1} tokens, the ${r.prefix[0]?.spec.maxTokens ?? 0}-token reply, 20 more), after another conversation took the only session (time to first token, wall, prefill chunk ${r.prefix[0]?.plan?.prefillChunk ?? "?"} tokens):`, "");
+    const chunk = r.prefix.find((a) => a.plan)?.plan?.prefillChunk ?? "?";
+    L.push(`**Prefix cache**: the second turn of a conversation (${t1} tokens, the ${r.prefix[0]?.spec.maxTokens ?? 0}-token reply, 20 more), after another conversation took the only session (time to first token, wall, prefill chunk ${chunk} tokens):`, "");
     L.push("| arm | run | cached tokens / prompt | time to first token s | reply ids | load 1m |", "|---|---|---|---|---|---|");
     r.prefix.forEach((a, i) => {
       const p = a.prefix;
@@ -155,6 +170,7 @@ function render(r: Report): string {
 
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
+  if (args.merge) return write(merge(args.merge), args.docs);
   if (!existsSync(join(args.model, "config.json"))) throw new Error(`${args.model} has no model (npm run bench generates models/slice)`);
   const config = JSON.parse(readFileSync(join(args.model, "config.json"), "utf8"));
   const { streams: PROMPTS, turn1: TURN1, other: OTHER, user2: USER2 } = prompts((config.text_config ?? config).vocab_size);
@@ -171,16 +187,25 @@ async function main(): Promise<void> {
         else say(`  ${f2(a.streams!.tokensPerS)} tokens/s, ${gb(a.streams!.bytesPerToken)} GB/token over ${a.streams!.decodeSteps} steps`);
         report.streams.push(a);
       }
-    const ref = report.streams.find((a) => a.ok)?.ids;
-    for (const a of report.streams) if (a.ok && JSON.stringify(a.ids) !== JSON.stringify(ref)) report.problems.push(`identity: ${a.spec.name} produced other ids`);
   }
+  let setup: BatchArmResult | undefined;
   if (args.only !== "streams") {
-    const cacheDir = join(work, "prefix-cache");
-    mkdirSync(cacheDir);
+    const cacheDir = args.setupDir ? join(args.setupDir, "cache") : join(work, "prefix-cache");
+    const setupFile = args.setupDir ? join(args.setupDir, "setup.json") : undefined;
     const base = { model: args.model, ram: args.ram, threads: THREADS, maxTokens: 8, turn1: args.quick ? TURN1.slice(0, 300) : TURN1, other: OTHER, user2: USER2, cacheDir };
-    say("prefix: setup (turn 1, another conversation, turn 2 from the RAM tier)");
-    const setup = await runArm({ ...base, kind: "prefix-setup", name: "cache on, RAM tier" }, work, n++);
-    report.prefix.push(setup);
+    if (setupFile && existsSync(setupFile)) {
+      setup = JSON.parse(readFileSync(setupFile, "utf8")) as BatchArmResult;
+      if (JSON.stringify(setup.spec.turn1) !== JSON.stringify(base.turn1) || setup.spec.model !== base.model || setup.spec.ram !== base.ram)
+        throw new Error(`${setupFile} was made for another conversation, model or budget: use another --setup-dir`);
+      report.setupReused = setupFile;
+      say(`prefix: the setup of ${setupFile} (its disk tier in ${cacheDir})`);
+    } else {
+      mkdirSync(cacheDir, { recursive: true });
+      say("prefix: setup (turn 1, another conversation, turn 2 from the RAM tier)");
+      setup = await runArm({ ...base, kind: "prefix-setup", name: "cache on, RAM tier" }, work, n++);
+      report.prefix.push(setup);
+      if (setupFile && setup.ok) writeFileSync(setupFile, JSON.stringify(setup));
+    }
     if (!setup.ok) report.problems.push(`prefix setup failed: ${setup.error?.split("\n")[0]}`);
     else
       for (let round = 0; round < args.runs; round++)
@@ -191,11 +216,42 @@ async function main(): Promise<void> {
           else say(`  ttft ${f2(a.prefix!.ttftMs / 1000)} s, cached ${a.prefix!.cachedTokens}`);
           report.prefix.push(a);
         }
-    const want = setup.prefix?.reply;
-    for (const a of report.prefix) if (a.ok && JSON.stringify(a.prefix!.reply) !== JSON.stringify(want)) report.problems.push(`identity: ${a.spec.name} replied otherwise`);
   }
   report.finished = new Date().toISOString();
   rmSync(work, { recursive: true, force: true });
+  checkIdentity(report, setup);
+  write(report, args.docs && !args.quick && !args.only);
+}
+
+/** Identity problems: every streams run's ids equal the first's; every second-turn reply equals
+ *  the setup's (the RAM tier's). */
+function checkIdentity(report: Report, setup: BatchArmResult | undefined): void {
+  const ref = report.streams.find((a) => a.ok)?.ids;
+  for (const a of report.streams) if (a.ok && JSON.stringify(a.ids) !== JSON.stringify(ref)) report.problems.push(`identity: ${a.spec.name} produced other ids`);
+  const want = setup?.prefix?.reply;
+  for (const a of report.prefix) if (a.ok && JSON.stringify(a.prefix!.reply) !== JSON.stringify(want)) report.problems.push(`identity: ${a.spec.name} replied otherwise`);
+}
+
+/** --merge: the pieces' reports as one (their arms in run order, identity checked across all). */
+function merge(files: string[]): Report {
+  const parts = files.map((f) => ({ f, r: JSON.parse(readFileSync(f, "utf8")) as Report }));
+  if (parts.length === 0) throw new Error("--merge needs the pieces' bench/out/batch-*.json files");
+  const first = parts[0]!.r;
+  const report: Report = { args: first.args, machine: first.machine, started: first.started, finished: parts.at(-1)!.r.finished, streams: [], prefix: [], problems: [], pieces: [] };
+  for (const { f, r } of parts) {
+    report.streams.push(...r.streams);
+    report.prefix.push(...r.prefix);
+    report.problems.push(...r.problems.filter((p) => !p.startsWith("identity")));
+    const arms = [r.streams.length ? `streams ×${r.streams.length}` : "", r.prefix.length ? `prefix ×${r.prefix.length}` : ""].filter(Boolean).join(" + ");
+    report.pieces!.push({ file: f.replace(ROOT + "/", ""), started: r.started, finished: r.finished, arms });
+  }
+  const setups = report.prefix.filter((a) => a.spec.kind === "prefix-setup");
+  if (setups.length > 1) report.problems.push(`${setups.length} prefix setups in the pieces: merge pieces that share one --setup-dir`);
+  checkIdentity(report, setups[0]);
+  return report;
+}
+
+function write(report: Report, docs: boolean): void {
   const md = render(report);
   const outDir = join(ROOT, "bench/out");
   mkdirSync(outDir, { recursive: true });
@@ -203,7 +259,7 @@ async function main(): Promise<void> {
   writeFileSync(join(outDir, `batch-${stamp}.json`), JSON.stringify(report, null, 1));
   writeFileSync(join(outDir, `batch-${stamp}.md`), `${md}\n`);
   process.stdout.write(`${md}\n`);
-  if (args.docs && !args.quick && !args.only) {
+  if (docs) {
     const doc = join(ROOT, "docs/BENCH.md");
     const text = readFileSync(doc, "utf8");
     const begin = "<!-- batch-bench:begin -->";
