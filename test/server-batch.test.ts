@@ -1,9 +1,10 @@
 // k3 serve with several generations batched in the engine's steps (--parallel): every answer is
 // exactly what its request gives alone — staggered arrivals, different lengths, stop strings,
-// seeds, chat, a client that disconnects mid-batch — the steps really carry several sessions, and
-// a soak of concurrent clients loses, mixes and leaks nothing. The prefix cache: a resent
-// conversation feeds only what follows its longest cached prefix, with the same reply, also when
-// several conversations interleave on one session.
+// seeds (also side by side), chat, a client that disconnects mid-batch — the steps really carry
+// several sessions; past the slots requests queue, past the queue they get 503; a soak of
+// concurrent clients loses, mixes and leaks nothing. The prefix cache: a resent conversation feeds
+// only what follows its longest cached prefix, with the same reply, also when several
+// conversations interleave on one session or run at once on several.
 import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { streamCompletion } from "../src/conversation.ts";
 import { Engine, type ChatMessage } from "../src/engine.ts";
