@@ -8,8 +8,9 @@
 //   scheduler's step records: steps that carried exactly S sessions and no prefill rows. Every
 //   stream's ids are written out, so runs with different S can be compared token for token.
 // kind "prefix-setup": the first turn of a conversation (prompt P1, reply R1), another
-//   conversation that takes the (only) session, then the second turn (P1 + R1 + U2) restored from
-//   the RAM tier; closing the engine writes the prefix cache's RAM tier to the disk tier.
+//   conversation that takes the (only) session; the prefix cache is then written to the disk tier
+//   the other kinds copy (what a second turn finds: turn 1's snapshots and its history, not the
+//   snapshots turn 2 itself leaves), then the second turn (P1 + R1 + U2) restored from RAM.
 // kind "prefix-off" / "prefix-disk": the second turn alone, on a fresh engine without a prefix
 //   cache / with a copy of the setup's disk tier: time to its first token, and its reply.
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -127,7 +128,7 @@ async function streams(spec: BatchArmSpec, engine: Engine, out: BatchArmResult):
   };
 }
 
-async function prefix(spec: BatchArmSpec, engine: Engine, out: BatchArmResult): Promise<void> {
+async function prefix(spec: BatchArmSpec, engine: Engine, out: BatchArmResult, liveDir?: string): Promise<void> {
   const s = engine.createSession();
   let reply1 = spec.reply1;
   if (spec.kind === "prefix-setup") {
@@ -136,6 +137,8 @@ async function prefix(spec: BatchArmSpec, engine: Engine, out: BatchArmResult): 
     // the session's history, which the cache keeps, is P1 and all but the last of them).
     reply1 = t1.ids;
     await complete(engine, s, spec.other!, 4); // another conversation takes the session
+    engine.persistPrefixCache();
+    cpSync(liveDir!, spec.cacheDir!, { recursive: true });
   }
   const turn2 = [...spec.turn1!, ...reply1!, ...spec.user2!];
   const r = await complete(engine, s, turn2, spec.maxTokens);
@@ -150,7 +153,11 @@ export async function runBatchArm(spec: BatchArmSpec): Promise<BatchArmResult> {
     const opts: EngineOptions = { ram: spec.ram, threads: spec.threads, parallel: spec.parallel ?? 1 };
     // A RAM tier of its own (the default one is empty at streaming budgets: docs/SERVER.md), so
     // the setup's turn 2 really comes from RAM.
-    if (spec.kind === "prefix-setup") opts.prefixCache = { ramBytes: 256 * 2 ** 20, dir: spec.cacheDir!, diskBytes: 2 ** 34 };
+    // Its disk tier is a folder of its own: the runs get a copy made before its turn 2.
+    if (spec.kind === "prefix-setup") {
+      dir = mkdtempSync(join(tmpdir(), "k3-prefix-bench-"));
+      opts.prefixCache = { ramBytes: 256 * 2 ** 20, dir, diskBytes: 2 ** 34 };
+    }
     if (spec.kind === "prefix-disk") {
       // A copy per run: a run stores its own snapshots, which must not help the next run.
       dir = mkdtempSync(join(tmpdir(), "k3-prefix-bench-"));
@@ -161,12 +168,12 @@ export async function runBatchArm(spec: BatchArmSpec): Promise<BatchArmResult> {
     const p = engine.plan!;
     out.plan = { parallel: p.parallel, prefillChunk: p.prefillChunk, pinnedLayers: p.pinnedLayers, expertSlots: p.expertSlots, prefixCacheBytes: p.prefixCacheBytes, totalBytes: p.totalBytes };
     if (spec.kind === "streams") await streams(spec, engine, out);
-    else await prefix(spec, engine, out);
+    else await prefix(spec, engine, out, dir);
     out.ok = true;
   } catch (err) {
     out.error = (err as Error).stack ?? String(err);
   } finally {
-    engine?.close(); // with a prefix cache: its RAM tier goes to the disk tier
+    engine?.close(); // with a prefix cache: its RAM tier goes to the disk tier (a temporary one)
     if (dir) rmSync(dir, { recursive: true, force: true });
   }
   out.vmHwmBytes = vmHwm();

@@ -330,6 +330,13 @@ export class Engine {
     return this.passes.batch.stats();
   }
 
+  /** Write the prefix cache's RAM-only entries to its disk tier now (close() does it too); they
+   *  stay in RAM as well. Nothing without a disk tier. */
+  persistPrefixCache(): void {
+    this.alive();
+    this.prefix?.persist();
+  }
+
   /** The prefix cache's counters (undefined when the engine has none). */
   prefixStats(): PrefixCacheStats | undefined {
     return this.passes.prefix?.stats();
