@@ -65,9 +65,11 @@ test("k3 serve refuses a bad --parallel, --prefix-cache-ram or --prefix-cache-di
 test("k3 serve --parallel 2 --prefix-cache-dir: the disk tier outlives the process; the next server resends the prompt from it (cached_tokens), same reply", async () => {
   const dir = await tinyModel("tiny-a");
   const cache = scratchDir("serve-prefix-dir");
+  // 70 tokens at --chunk 16: a snapshot at position 64 (the planner's chunk would be longer than
+  // the prompt, and a prompt within one chunk leaves no snapshot).
   const prompt = Array.from({ length: 70 }, (_, i) => 20 + ((i * 37) % 500));
   const once = async () => {
-    const proc = Bun.spawn([process.execPath, "src/cli/main.ts", "serve", dir, "--port", "0", "--threads", "1", "--parallel", "2", "--prefix-cache-dir", cache], { stdout: "pipe", stderr: "pipe" });
+    const proc = Bun.spawn([process.execPath, "src/cli/main.ts", "serve", dir, "--port", "0", "--threads", "1", "--parallel", "2", "--chunk", "16", "--prefix-cache-dir", cache], { stdout: "pipe", stderr: "pipe" });
     const url = await serveUrl(proc);
     const r = (await (await fetch(`${url}/v1/completions`, { method: "POST", body: JSON.stringify({ prompt, max_tokens: 4 }) })).json()) as any;
     proc.kill("SIGTERM");
