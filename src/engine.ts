@@ -333,8 +333,8 @@ export class Engine {
   /** Write the prefix cache's RAM-only entries to its disk tier now (close() does it too); they
    *  stay in RAM as well. Nothing without a disk tier. */
   persistPrefixCache(): void {
-    this.alive();
-    this.prefix?.persist();
+    this.passes.alive();
+    this.passes.prefix?.persist();
   }
 
   /** The prefix cache's counters (undefined when the engine has none). */
