@@ -4,6 +4,14 @@
 // last full report (between its trunk-bench markers) and docs/TRUNK.md reads it.
 //
 //   bun run bench/trunk.ts [--quick] [--runs N] [--tokens N] [--ram SIZE] [--positions N] [--model DIR] [--no-docs]
+//                          [--no-error | --error-only]
+//   bun run bench/trunk.ts --merge bench/out/trunk-A.json bench/out/trunk-B.json … [--no-docs]
+//
+// On a shared machine one full run holds the big-memory lock too long: run it in parts, each
+// under its own `flock` (`--runs 1 --no-error` per round, then `--error-only`), and --merge their
+// saved reports into one (rounds renumbered in the order given; the disk figures of every part
+// form the floor rate; the error tables from the part that has them). The docs are written by
+// full runs and by --merge only.
 //
 // Arms (each run its own `bun bench/stream.ts` process; round r runs every arm once, the disk is
 // measured before every round and after the last):
@@ -16,7 +24,7 @@
 // The packs go into `<model>-packed/`, a folder of links to the model's files (the model folder
 // itself is never written to), made once.
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync } from "node:fs";
-import { basename, join } from "node:path";
+import { basename, join, resolve } from "node:path";
 import { tmpdir } from "node:os";
 import { packTrunk, type TrunkFormat } from "../src/engine.ts";
 import { ensureDemoModel } from "../src/cli/demo.ts";
@@ -33,20 +41,34 @@ const say = (s: string) => process.stderr.write(`[bench:trunk] ${s}\n`);
 interface Args extends CommonArgs {
   ram: string;
   positions: number;
+  timing: boolean; // the timed arms (off with --error-only)
+  errors: boolean; // the error tables (off with --no-error)
+  merge: string[]; // saved reports to merge (--merge): nothing is run
 }
 
 function parseArgs(argv: string[]): Args {
   let ram = "3G";
   let positions = 256;
-  const usage = "bench/trunk.ts [--quick] [--runs N] [--tokens N] [--ram SIZE] [--positions N] [--model DIR] [--no-docs]";
+  let timing = true;
+  let errors = true;
+  const merge: string[] = [];
+  const usage = "bench/trunk.ts [--quick] [--runs N] [--tokens N] [--ram SIZE] [--positions N] [--model DIR] [--no-docs] [--no-error | --error-only] | --merge A.json B.json …";
   const common = parseCommonArgs(argv, { tokens: 9, minTokens: 3, quickTokens: 5 }, usage, (flag, value) => {
     if (flag === "--ram") ram = value();
     else if (flag === "--positions") positions = Number(value());
+    else if (flag === "--no-error") errors = false;
+    else if (flag === "--error-only") timing = false;
+    else if (flag === "--merge") {
+      // every following argument that is not a flag
+      merge.push(resolve(value()));
+      return true;
+    } else if (merge.length && !flag.startsWith("--")) merge.push(resolve(flag));
     else if (flag !== "--trunk") return false; // (as forwarded by bench/run.ts)
     return true;
   });
   if (common.quick && !argv.includes("--positions")) positions = 64;
-  return { ...common, ram, positions };
+  if (!timing && !errors) throw new Error(`--no-error with --error-only leaves nothing to run (${usage})`);
+  return { ...common, ram, positions, timing, errors, merge };
 }
 
 type Key = "pieces" | "whole" | "int4" | "resident";
@@ -78,6 +100,8 @@ interface Report {
   error?: ErrorReport | { error: string };
   /** The same on the trained demo model (src/cli/demo.ts), copied to a scratch folder for its packs. */
   demoError?: ErrorReport | { error: string };
+  /** A merged report: the commands of its parts. */
+  parts?: string[];
 }
 
 /** `<model>-packed/`: links to every model file (not k3's own), plus the packs made from them. */
@@ -192,8 +216,64 @@ async function measureError(model: string, args: Args, scratch: string, ram: str
   return JSON.parse(readFileSync(out, "utf8")) as ErrorReport;
 }
 
+/** Several saved reports (parts of one benchmark, run under separate locks) as one. */
+function mergeReports(parts: Report[], files: string[]): Report {
+  const timed = parts.filter((p) => p.results.length > 0);
+  if (!timed.length) throw new Error("--merge: none of the reports has timed runs");
+  const first = timed[0]!;
+  for (const p of timed) {
+    if (p.args.ram !== first.args.ram || p.args.tokens !== first.args.tokens || p.args.model !== first.args.model)
+      throw new Error(`--merge: parts measured different things (--ram ${p.args.ram} / ${first.args.ram}, --tokens ${p.args.tokens} / ${first.args.tokens}, model ${p.args.model} / ${first.args.model})`);
+    if (p.kernels.sha256 !== first.kernels.sha256) throw new Error(`--merge: parts ran different kernel libraries (${p.kernels.sha256.slice(0, 16)}… / ${first.kernels.sha256.slice(0, 16)}…): rerun them on one build`);
+  }
+  let offset = 0;
+  const results: Result[] = [];
+  const disk: Report["disk"] = [];
+  for (const p of timed) {
+    for (const r of p.results) results.push({ ...r, run: r.run + offset });
+    disk.push(...p.disk.map((d) => ({ ...d, when: `${d.when} (part ${timed.indexOf(p) + 1})` })));
+    offset += Math.max(...p.results.map((r) => r.run));
+  }
+  const withError = [...parts].reverse().find((p) => p.error);
+  const withDemo = [...parts].reverse().find((p) => p.demoError);
+  const times = parts.flatMap((p) => [p.started, p.finished]).sort();
+  return {
+    ...first,
+    command: `bun bench/trunk.ts --merge ${files.map((f) => basename(f)).join(" ")}`,
+    parts: parts.map((p) => p.command),
+    started: times[0]!,
+    finished: times.at(-1)!,
+    args: { ...first.args, runs: offset, positions: withError?.args.positions ?? first.args.positions },
+    disk,
+    results,
+    error: withError?.error,
+    demoError: withDemo?.demoError,
+  };
+}
+
+/** The docs: BENCH.md's full report, TRUNK.md's error tables. */
+function writeDocs(rep: Report, md: string) {
+  updateDocSection("docs/BENCH.md", "trunk-bench", md, say);
+  const L = [`Measured ${rep.finished.slice(0, 10)} by \`${rep.command}\` (docs/BENCH.md has the whole report: speeds, bytes, the plan, load):`, ""];
+  for (const e of [rep.error, rep.demoError]) {
+    if (!e) continue;
+    L.push("error" in e ? `FAILED: ${e.error}` : renderErrorTable(e), "");
+  }
+  updateDocSection("docs/TRUNK.md", "trunk-error", L.join("\n"), say);
+}
+
 async function main() {
-  const args = parseArgs(process.argv.slice(2));
+  const argv = process.argv.slice(2);
+  const args = parseArgs(argv);
+  if (args.merge.length) {
+    const report = mergeReports(args.merge.map((f) => JSON.parse(readFileSync(f, "utf8")) as Report), args.merge);
+    const md = renderMarkdown(report);
+    writeReport("trunk-merged", report.finished.replace(/[:.]/g, "-").slice(0, 19), report, md, say);
+    if (args.docs) writeDocs(report, md);
+    const { problems } = summarize(report);
+    for (const p of problems) say(`PROBLEM: ${p}`);
+    process.exit(problems.some((p) => !p.startsWith("target missed")) ? 1 : 0);
+  }
   if (!existsSync(join(args.model, "config.json"))) throw new Error(`${args.model} has no model (npm run bench generates the slice)`);
   const started = new Date();
   const stamp = started.toISOString().replace(/[:.]/g, "-").slice(0, 19);
@@ -211,28 +291,34 @@ async function main() {
     say(`disk ${when}: ${isDisk(d) ? `${d.bestGbps.toFixed(2)} GB/s` : d.error}`);
   };
   const results: Result[] = [];
-  for (let run = 1; run <= args.runs; run++) {
-    await measureDisk(`before round ${run}`);
-    for (const arm of ARMS) {
-      say(`run ${run}/${args.runs}: ${arm.name}…`);
-      const spec = arm.spec(base, packed);
-      const r = { ...(await runArmChild(spec, scratch, `${run}-${arm.key}`, 20 * 60_000)), key: arm.key, run };
-      results.push(r);
-      if (!r.ok) say(`  FAILED: ${r.error}`);
-      else say(`  ${r.sPerToken!.toFixed(2)} s/token, ${(r.perToken!.bytes / 1e9).toFixed(2)} GB/token, peak RSS ${(r.vmHwmBytes! / 2 ** 30).toFixed(2)} GiB, ids ${r.ids!.join(" ")}`);
+  if (args.timing) {
+    for (let run = 1; run <= args.runs; run++) {
+      await measureDisk(`before round ${run}`);
+      for (const arm of ARMS) {
+        say(`run ${run}/${args.runs}: ${arm.name}…`);
+        const spec = arm.spec(base, packed);
+        const r = { ...(await runArmChild(spec, scratch, `${run}-${arm.key}`, 20 * 60_000)), key: arm.key, run };
+        results.push(r);
+        if (!r.ok) say(`  FAILED: ${r.error}`);
+        else say(`  ${r.sPerToken!.toFixed(2)} s/token, ${(r.perToken!.bytes / 1e9).toFixed(2)} GB/token, peak RSS ${(r.vmHwmBytes! / 2 ** 30).toFixed(2)} GiB, ids ${r.ids!.join(" ")}`);
+      }
     }
+    await measureDisk("after the last round");
   }
-  await measureDisk("after the last round");
-  say(`error table: ${args.positions} positions, int8 and int4 against the exact engine…`);
-  const error = await measureError(packed, args, scratch, "12G");
-  say("error table on the trained demo model…");
-  const demoSrc = ensureDemoModel();
-  const demo = join(scratch, basename(demoSrc)); // a copy: its packs must not go into k3's cache of the demo
-  cpSync(demoSrc, demo, { recursive: true, preserveTimestamps: true });
-  const demoError = await measureError(demo, args, scratch, "2G");
+  let error: Report["error"];
+  let demoError: Report["demoError"];
+  if (args.errors) {
+    say(`error table: ${args.positions} positions, int8 and int4 against the exact engine…`);
+    error = await measureError(packed, args, scratch, "12G");
+    say("error table on the trained demo model…");
+    const demoSrc = ensureDemoModel();
+    const demo = join(scratch, basename(demoSrc)); // a copy: its packs must not go into k3's cache of the demo
+    cpSync(demoSrc, demo, { recursive: true, preserveTimestamps: true });
+    demoError = await measureError(demo, args, scratch, "2G");
+  }
   rmSync(scratch, { recursive: true, force: true });
   const report: Report = {
-    command: `npm run bench -- --trunk${args.quick ? " --quick" : ""}`,
+    command: argv.includes("--trunk") ? `npm run bench -- ${argv.join(" ")}` : `bun bench/trunk.ts ${argv.join(" ")}`.trim(),
     started: started.toISOString(),
     finished: new Date().toISOString(),
     args,
@@ -246,7 +332,12 @@ async function main() {
   };
   const md = renderMarkdown(report);
   writeReport("trunk", stamp, report, md, say);
-  if (args.docs && !args.quick) updateDocSection("docs/BENCH.md", "trunk-bench", md, say);
+  if (!args.timing || !args.errors) {
+    say(`a part of the benchmark: merge it with the others (bun bench/trunk.ts --merge bench/out/trunk-….json …) for the docs`);
+    const bad = results.filter((r) => !r.ok).length + [error, demoError].filter((e) => e && "error" in e).length;
+    process.exit(bad ? 1 : 0);
+  }
+  if (args.docs && !args.quick) writeDocs(report, md);
   const { problems } = summarize(report);
   for (const p of problems) say(`PROBLEM: ${p}`);
   process.exit(problems.some((p) => !p.startsWith("target missed")) ? 1 : 0);
