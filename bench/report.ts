@@ -61,7 +61,7 @@ const median = (xs: number[]) => {
 /** A floor below this is no disk floor: the arm is compute-bound and a ratio would mean nothing. */
 const MIN_FLOOR_S = 0.05;
 
-function diskSummary(disk: (DiskResult | { error: string })[]): DiskSummary | undefined {
+export function diskSummary(disk: (DiskResult | { error: string })[]): DiskSummary | undefined {
   const ok = disk.filter(isDisk);
   if (!ok.length) return undefined;
   const bestOf = (d: DiskResult, prefix: string) => Math.max(...d.patterns.filter((p) => p.name.startsWith(prefix)).map((p) => p.gbps));

@@ -33,6 +33,7 @@ import type { DiskResult } from "./disk.ts";
 import { machineInfo, type MachineInfo } from "./machine.ts";
 import { freezeKernels, parseCommonArgs, ROOT, runArmChild, runDisk, updateDocSection, writeReport, type CommonArgs } from "./common.ts";
 import { renderErrorTable, type ErrorReport } from "./trunk-error.ts";
+import { diskSummary } from "./report.ts";
 
 const PROMPT = [5, 17, 300, 42];
 const BUN = process.execPath;
@@ -129,13 +130,18 @@ function summarize(rep: Report) {
   const problems: string[] = [];
   const disks = rep.disk.filter(isDisk);
   const rate = disks.length ? disks.reduce((a, d) => a + d.bestGbps, 0) / disks.length : NaN; // GB/s, the floor's rate
+  // Size-matched (as bench/report.ts): trunk bytes at the best 1 GiB-read rate, expert bytes at
+  // the best 17.5 MB random-read rate, each the mean over the disk measurements.
+  const ds = diskSummary(rep.disk);
+  const matchedFloor = (r: Result) => (ds ? r.perToken!.trunkBytes / (ds.trunkGbps * 1e9) + r.perToken!.expertBytes / (ds.expertGbps * 1e9) : NaN);
   const rows = ARMS.map((arm) => {
     const runs = rep.results.filter((r) => r.key === arm.key);
     const ok = runs.filter((r) => r.ok);
     for (const r of runs) if (!r.ok) problems.push(`${arm.name} run ${r.run} failed: ${r.error}`);
     for (const r of ok) if (r.plan && r.vmHwmBytes! > r.plan.budgetBytes) problems.push(`PEAK RSS OVER BUDGET: ${arm.name} run ${r.run}: ${(r.vmHwmBytes! / 2 ** 30).toFixed(2)} GiB`);
     const ratios = ok.map((r) => r.sPerToken! / (r.perToken!.bytes / (rate * 1e9)));
-    return { arm, runs: runs.length, ok, s: median(ok.map((r) => r.sPerToken!)), gb: median(ok.map((r) => r.perToken!.bytes / 1e9)), ratio: median(ratios), ratios };
+    const matched = ok.map((r) => r.sPerToken! / matchedFloor(r));
+    return { arm, runs: runs.length, ok, s: median(ok.map((r) => r.sPerToken!)), gb: median(ok.map((r) => r.perToken!.bytes / 1e9)), ratio: median(ratios), ratios, matched: median(matched) };
   });
   // Identity: every exact run has the same ids and last logits; every int4 run the same as the others.
   for (const trunk of ["bf16", "int4"] as TrunkFormat[]) {
@@ -147,16 +153,17 @@ function summarize(rep: Report) {
   const row = (k: Key) => rows.find((r) => r.arm.key === k)!;
   const targets = {
     pieces: row("pieces").ratio, // target ≤ 1.15
+    piecesMatched: row("pieces").matched,
     int4VsResident: row("int4").s / row("resident").s, // target ≤ 1.25
     splitSpeedup: row("whole").s / row("pieces").s,
   };
   if (!(targets.pieces <= 1.15)) problems.push(`target missed: exact with pieces at ${rep.args.ram}: ${targets.pieces.toFixed(2)}× the disk floor (target ≤ 1.15)`);
   if (!(targets.int4VsResident <= 1.25)) problems.push(`target missed: int4 at ${rep.args.ram}: ${targets.int4VsResident.toFixed(2)}× the resident exact engine's s/token (target ≤ 1.25)`);
-  return { rate, rows, targets, problems };
+  return { rate, ds, matchedFloor, rows, targets, problems };
 }
 
 function renderMarkdown(rep: Report): string {
-  const { rate, rows, targets, problems } = summarize(rep);
+  const { rate, ds, matchedFloor, rows, targets, problems } = summarize(rep);
   const m = rep.machine;
   const f2 = (x: number) => (Number.isFinite(x) ? x.toFixed(2) : "—");
   const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
@@ -169,13 +176,15 @@ function renderMarkdown(rep: Report): string {
     "",
   );
   L.push(`**Disk** (bench/disk.ts before every round and after the last; best pattern's median each time): ${rep.disk.map((d) => (isDisk(d) ? d.bestGbps.toFixed(2) : "failed")).join(" / ")} GB/s; floor rate = their mean, **${f2(rate)} GB/s**.`, "");
-  L.push("**Every run** (decode only; floor = bytes read per token ÷ floor rate; ratio = s/token ÷ floor):", "");
-  L.push("| arm | run | s/token | GB read/token (trunk + experts) | reads/token | I/O wait s/token | plan | peak RSS / budget | floor s | ratio | load 1m |");
-  L.push("|---|---|---|---|---|---|---|---|---|---|---|");
+  if (ds) L.push(`Size-matched rates (mean of the best per kind): 1 GiB trunk reads ${f2(ds.trunkGbps)} GB/s, 17.5 MB expert reads ${f2(ds.expertGbps)} GB/s.`, "");
+  if (rep.parts) L.push(`Parts merged: ${rep.parts.map((c) => `\`${c}\``).join("; ")}.`, "");
+  L.push("**Every run** (decode only; floor = bytes read per token ÷ floor rate; ratio = s/token ÷ floor; matched = s/token ÷ (trunk bytes ÷ the 1 GiB rate + expert bytes ÷ the expert rate)):", "");
+  L.push("| arm | run | s/token | GB read/token (trunk + experts) | reads/token | I/O wait s/token | plan | peak RSS / budget | floor s | ratio | matched ratio | load 1m |");
+  L.push("|---|---|---|---|---|---|---|---|---|---|---|---|");
   for (const r of rep.results) {
     const arm = ARMS.find((a) => a.key === r.key)!;
     if (!r.ok) {
-      L.push(`| ${arm.name} | ${r.run} | FAILED: ${r.error} ||||||||||`);
+      L.push(`| ${arm.name} | ${r.run} | FAILED: ${r.error} |||||||||||`);
       continue;
     }
     const p = r.perToken!;
@@ -184,15 +193,15 @@ function renderMarkdown(rep: Report): string {
       ? `${r.plan.pinnedPieces}/${r.plan.pieces} pieces pinned, ${r.plan.ringSlots ? `ring ${r.plan.ringSlots} × ${gib(r.plan.ringSlotBytes ?? 0)}${r.plan.readerMayRunAhead ? "" : " (no read-ahead)"}` : "nothing streamed"}, ${r.plan.expertSlots} expert slots`
       : "resident (no planner)";
     L.push(
-      `| ${arm.name} | ${r.run} | ${f2(r.sPerToken!)} | ${f2(p.bytes / 1e9)} (${f2(p.trunkBytes / 1e9)} + ${f2(p.expertBytes / 1e9)}) | ${p.reads.toFixed(1)} | ${f2(p.ioWaitMs / 1000)} | ${plan} | ${gib(r.vmHwmBytes!)} / ${r.plan ? gib(r.plan.budgetBytes) : "none"} | ${floor >= 0.05 ? f2(floor) : "—"} | ${floor >= 0.05 ? f2(r.sPerToken! / floor) : "—"} | ${f2(r.loadavg[0]!)} |`,
+      `| ${arm.name} | ${r.run} | ${f2(r.sPerToken!)} | ${f2(p.bytes / 1e9)} (${f2(p.trunkBytes / 1e9)} + ${f2(p.expertBytes / 1e9)}) | ${p.reads.toFixed(1)} | ${f2(p.ioWaitMs / 1000)} | ${plan} | ${gib(r.vmHwmBytes!)} / ${r.plan ? gib(r.plan.budgetBytes) : "none"} | ${floor >= 0.05 ? f2(floor) : "—"} | ${floor >= 0.05 ? f2(r.sPerToken! / floor) : "—"} | ${floor >= 0.05 ? f2(r.sPerToken! / matchedFloor(r)) : "—"} | ${f2(r.loadavg[0]!)} |`,
     );
   }
   L.push("", "**Per arm** (medians over runs):", "");
-  L.push("| arm | runs ok | s/token (each run) | median s/token | GB read/token | median ratio to the disk floor |", "|---|---|---|---|---|---|");
-  for (const r of rows) L.push(`| ${r.arm.name} | ${r.ok.length}/${r.runs} | ${r.ok.map((x) => f2(x.sPerToken!)).join(" / ")} | ${f2(r.s)} | ${f2(r.gb)} | ${r.arm.key === "resident" ? "— (no disk reads)" : f2(r.ratio)} |`);
+  L.push("| arm | runs ok | s/token (each run) | median s/token | GB read/token | median ratio to the disk floor | median matched ratio |", "|---|---|---|---|---|---|---|");
+  for (const r of rows) L.push(`| ${r.arm.name} | ${r.ok.length}/${r.runs} | ${r.ok.map((x) => f2(x.sPerToken!)).join(" / ")} | ${f2(r.s)} | ${f2(r.gb)} | ${r.arm.key === "resident" ? "— (no disk reads)" : f2(r.ratio)} | ${r.arm.key === "resident" ? "—" : f2(r.matched)} |`);
   L.push(
     "",
-    `**Targets**: exact with pieces at ${rep.args.ram}: **${f2(targets.pieces)}×** the disk floor (target ≤ 1.15); the split made that budget **${f2(targets.splitSpeedup)}×** faster than whole units; ` +
+    `**Targets**: exact with pieces at ${rep.args.ram}: **${f2(targets.pieces)}×** the disk floor (target ≤ 1.15; ${f2(targets.piecesMatched)}× the size-matched floor); the split made that budget **${f2(targets.splitSpeedup)}×** faster than whole units; ` +
       `int4 at ${rep.args.ram}: **${f2(targets.int4VsResident)}×** the s/token of the exact engine with everything resident (target ≤ 1.25).`,
     "",
   );
