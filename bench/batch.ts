@@ -125,7 +125,7 @@ function render(r: Report): string {
   L.push(`### Batching benchmark, ${r.started.slice(0, 10)} (\`npm run bench:batch\`)`, "");
   const m = r.machine as MachineInfo;
   L.push(`Machine: ${m.cpu}, ${m.cores} cores, ${(m.memTotalBytes / 2 ** 30).toFixed(2)} GiB RAM; model on ${m.disk.device} (${m.disk.fsType}); bun ${m.bun}. Model ${r.args.model.replace(ROOT + "/", "")}, budget ${r.args.ram}, ${THREADS} threads, engine --parallel ${PARALLEL} for every streams run. Started ${r.started}, finished ${r.finished}.`, "");
-  if (r.pieces) L.push(`Run in ${r.pieces.length} pieces (one big-memory lock slot each), merged with \`--merge\`: ${r.pieces.map((p) => `${p.arms} ${p.started.slice(11, 16)}–${p.finished?.slice(11, 16)} UTC`).join("; ")}.`, "");
+  if (r.pieces) L.push(`Run in ${r.pieces.length} pieces (separate invocations, under the big-memory lock), merged with \`--merge\`: ${r.pieces.map((p) => `${p.arms} ${p.started.slice(11, 16)}–${p.finished?.slice(11, 16)} UTC`).join("; ")}.`, "");
   if (r.streams.length) {
     L.push("**Concurrent streams** (decode steps that carried exactly that many streams; tokens/s = generated tokens ÷ the steps' wall time; bytes = weight bytes read from disk by those steps ÷ their tokens; every run its own process, runs interleaved):", "");
     L.push("| streams | run | decode steps | tokens | tokens/s (all streams) | GB read / generated token | × tokens/s of 1 stream (same round) | peak RSS GiB | load 1m |", "|---|---|---|---|---|---|---|---|---|");
@@ -255,7 +255,8 @@ function write(report: Report, docs: boolean): void {
   const md = render(report);
   const outDir = join(ROOT, "bench/out");
   mkdirSync(outDir, { recursive: true });
-  const stamp = report.started.replace(/[:.]/g, "-");
+  // A merged report gets a name of its own: it starts when its first piece did.
+  const stamp = `${report.pieces ? "merged-" : ""}${report.started.replace(/[:.]/g, "-")}`;
   writeFileSync(join(outDir, `batch-${stamp}.json`), JSON.stringify(report, null, 1));
   writeFileSync(join(outDir, `batch-${stamp}.md`), `${md}\n`);
   process.stdout.write(`${md}\n`);
