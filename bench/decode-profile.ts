@@ -44,8 +44,8 @@ const tags: string[] = ["other"];
 const cost = new Map<string, { ns: number; calls: number; flops: number }>(); // "part\tkernel"
 /** 2·rows·cols·T of a matmul call (argument positions from src/kernels.ts), else 0. */
 const matmulFlops = (name: string, a: unknown[]): number =>
-  name === "k3_matmul_mxfp4" ? 2 * (a[4] as number) * (a[5] as number) * (a[6] as number)
-  : name === "k3_matmul_bf16" || name === "k3_matmul_f32" ? 2 * (a[3] as number) * (a[4] as number) * (a[5] as number) : 0;
+  ["k3_matmul_mxfp4", "k3_matmul_q8", "k3_matmul_q4"].includes(name) ? 2 * (a[6] as number) * (a[7] as number) * (a[8] as number)
+  : name === "k3_matmul_bf16" || name === "k3_matmul_f32" ? 2 * (a[5] as number) * (a[6] as number) * (a[7] as number) : 0;
 let counting = false;
 for (const name of Object.keys(k)) {
   const f = k[name]!;

@@ -12,7 +12,7 @@
 // Output: markdown tables on stdout (progress on stderr); --json writes every raw number.
 import { dlopen, FFIType } from "bun:ffi";
 import { writeFileSync } from "node:fs";
-import { loadKernels, ISA } from "../src/kernels.ts";
+import { KERNELS_ABI, loadKernels, ISA, symbols } from "../src/kernels.ts";
 import { bf16Set, mxfp4Set } from "./weights.ts";
 import { peakGflops } from "./peak.ts";
 import { cpuInfo, loadAvg } from "./machine.ts";
@@ -28,19 +28,41 @@ const oldPath = arg("--old", "");
 const jsonOut = arg("--json", "");
 const say = (s: string) => process.stderr.write(`[kernels] ${s}\n`);
 
-const { i32, ptr, i64, void: v } = FFIType;
-/** The symbols an arm needs: a subset, so an older library (--old) loads too. */
-const armSymbols = {
+const { i32, ptr, void: v } = FFIType;
+/** The symbols an arm needs: a subset, so an older library (--old) loads too. Libraries before ABI
+ *  3 take no strides and return nothing; `matmul` hides the difference. */
+const baseSymbols = {
+  k3_version: { args: [], returns: i32 },
   k3_isa_set: { args: [i32], returns: i32 },
   k3_isa_supported: { args: [i32], returns: i32 },
   k3_pool_init: { args: [i32], returns: i32 },
+} as const;
+const abi2Symbols = {
+  ...baseSymbols,
   k3_matmul_bf16: { args: [ptr, ptr, ptr, i32, i32, i32], returns: v },
   k3_matmul_mxfp4: { args: [ptr, ptr, ptr, ptr, i32, i32, i32], returns: v },
 } as const;
-type Lib = { name: string; k: { [K in keyof typeof armSymbols]: (...a: any[]) => any } };
+type Fn = (...a: any[]) => any;
+type Matmul = { bf16: (W: any, X: Float32Array, Y: Float32Array, rows: number, cols: number, T: number) => void; mxfp4: (P: any, S: any, X: Float32Array, Y: Float32Array, rows: number, cols: number, T: number) => void };
+type Lib = { name: string; k: { [K in keyof typeof baseSymbols]: Fn }; mm: Matmul };
 const k = loadKernels();
-const libs: Lib[] = [{ name: "new", k }];
-if (oldPath) libs.push({ name: "old", k: dlopen(oldPath, armSymbols).symbols });
+const ok = (st: number) => {
+  if (st !== 0) throw new Error(`matmul refused its arguments (status ${st})`);
+};
+const libs: Lib[] = [{
+  name: "new", k,
+  mm: { bf16: (W, X, Y, r, c, T) => ok(k.k3_matmul_bf16(W, X, c, Y, r, r, c, T)), mxfp4: (P, S, X, Y, r, c, T) => ok(k.k3_matmul_mxfp4(P, S, X, c, Y, r, r, c, T)) },
+}];
+if (oldPath) {
+  const version = dlopen(oldPath, { k3_version: baseSymbols.k3_version }).symbols.k3_version();
+  if (version >= KERNELS_ABI) {
+    const o = dlopen(oldPath, { ...baseSymbols, k3_matmul_bf16: symbols.k3_matmul_bf16, k3_matmul_mxfp4: symbols.k3_matmul_mxfp4 }).symbols;
+    libs.push({ name: "old", k: o, mm: { bf16: (W, X, Y, r, c, T) => ok(o.k3_matmul_bf16(W, X, c, Y, r, r, c, T)), mxfp4: (P, S, X, Y, r, c, T) => ok(o.k3_matmul_mxfp4(P, S, X, c, Y, r, r, c, T)) } });
+  } else {
+    const o = dlopen(oldPath, abi2Symbols).symbols;
+    libs.push({ name: "old", k: o, mm: { bf16: (W, X, Y, r, c, T) => o.k3_matmul_bf16(W, X, Y, r, c, T), mxfp4: (P, S, X, Y, r, c, T) => o.k3_matmul_mxfp4(P, S, X, Y, r, c, T) } });
+  }
+}
 
 const isaNames: Record<string, number> = { scalar: ISA.scalar, avx2: ISA.avx2, avx512: ISA.avx512, neon: ISA.neon };
 const isas = arg("--isa", "avx2,avx512,neon").split(",").filter((n) => k.k3_isa_supported(isaNames[n]!) === 1);
@@ -51,11 +73,11 @@ const SET_BYTES = 512 * 2 ** 20;
 type Kernel = { name: string; rows: number; cols: number; bytes: number; count: number; call: (lib: Lib, i: number, X: Float32Array, Y: Float32Array, T: number) => void };
 function bf16Kernel(rows: number, cols: number): Kernel {
   const { bytes, count, Ws } = bf16Set(rows, cols, SET_BYTES);
-  return { name: "bf16", rows, cols, bytes, count, call: (l, i, X, Y, T) => l.k.k3_matmul_bf16(Ws[i % count]!, X, Y, rows, cols, T) };
+  return { name: "bf16", rows, cols, bytes, count, call: (l, i, X, Y, T) => l.mm.bf16(Ws[i % count]!, X, Y, rows, cols, T) };
 }
 function mxfp4Kernel(rows: number, cols: number): Kernel {
   const { bytes, count, Ps, Ss } = mxfp4Set(rows, cols, SET_BYTES);
-  return { name: "mxfp4", rows, cols, bytes, count, call: (l, i, X, Y, T) => l.k.k3_matmul_mxfp4(Ps[i % count]!, Ss[i % count]!, X, Y, rows, cols, T) };
+  return { name: "mxfp4", rows, cols, bytes, count, call: (l, i, X, Y, T) => l.mm.mxfp4(Ps[i % count]!, Ss[i % count]!, X, Y, rows, cols, T) };
 }
 say("generating weight sets…");
 // bf16: a 2048-row slice of a 7168×7168 trunk matrix (T = 1 rate is the same per byte; T = 256

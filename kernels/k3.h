@@ -41,7 +41,7 @@ enum {
 #define K3_MAX_ATTNRES_SOURCES 64    /* k3_attnres_mix: n snapshots + P */
 #define K3_POOL_MAX_THREADS 64       /* k3_pool_init; k3_mla_scratch_floats has a slot per thread */
 #define K3_IO_MAX_THREADS 256        /* k3_io_init */
-#define K3_MXFP4_GROUP 32            /* k3_matmul_mxfp4: cols is a multiple of this */
+#define K3_MXFP4_GROUP 32            /* k3_matmul_mxfp4, _q8, _q4: cols is a multiple of this */
 #define K3_KDA_CONV_WIDTH 4          /* k3_kda_conv_silu: the only width implemented */
 enum {
   K3_LIMIT_ROUTER_EXPERTS = 0,
@@ -82,16 +82,23 @@ K3_API void    k3_mem_copy(void* dst, const void* src, int64_t bytes);
  * contiguous chunks with the current ISA. Added for bench/kernels.ts (GB/s next to the matmuls). */
 K3_API int64_t k3_mem_read_sum(const void* p, int64_t bytes);
 
-/* ---- matrix products: Y[t][r] = Σ_c W[r][c] · X[t][c] ----
+/* ---- matrix products: Y[t·ldy + r] = Σ_c W[r][c] · X[t·ldx + c] ----
+ * for rows r < rows, tokens t < T, columns c < cols. Strides are in floats: ldx ≥ cols (a token's
+ * columns may sit inside a wider row), ldy ≥ rows, so a row slice [r0, r1) of a T-token product
+ * is one call with Y + r0 and ldy = the whole product's rows. Every entry point returns K3_OK, or
+ * K3_ERR_ARG (nothing written) for negative sizes, a stride shorter than a row, cols that the
+ * format does not handle (MXFP4, Q8, Q4: a multiple of 32) or a NULL buffer it would touch;
+ * rows = 0 or T = 0 is an empty product (K3_OK, nothing written).
  * Reduction order (all paths): 16 lane accumulators, lane j sums the products of columns
  * c ≡ j (mod 16) for c < cols16 = cols − cols % 16, in increasing c; lanes are combined by the
  * halving tree v[j] += v[j+8] (j<8), v[j] += v[j+4] (j<4), v[j] += v[j+2], v[0] += v[1];
  * then the tail columns cols16..cols−1 are added one by one in increasing c.
- * Each product is w·x rounded to f32, then added (no FMA). */
-K3_API void k3_matmul_bf16(const uint16_t* W, const float* X, float* Y,
-                           int32_t rows, int32_t cols, int32_t T);
-K3_API void k3_matmul_f32(const float* W, const float* X, float* Y,
-                          int32_t rows, int32_t cols, int32_t T);
+ * Each product is w·x rounded to f32, then added (no FMA). An output depends only on its row of
+ * W and its token's x: never on T, the strides, the thread count or the ISA path. */
+K3_API int32_t k3_matmul_bf16(const uint16_t* W, const float* X, int32_t ldx, float* Y, int32_t ldy,
+                              int32_t rows, int32_t cols, int32_t T);
+K3_API int32_t k3_matmul_f32(const float* W, const float* X, int32_t ldx, float* Y, int32_t ldy,
+                             int32_t rows, int32_t cols, int32_t T);
 /* MXFP4: packed [rows][cols/2] (element 2j = low nibble of byte j), scales [rows][cols/32] E8M0.
  * cols must be a multiple of 32. Order: for each group g of 32 columns (increasing g):
  * p[j] = e2m1(c0+j)·x(c0+j) + e2m1(c0+16+j)·x(c0+16+j) for lanes j = 0..15, then
@@ -99,19 +106,20 @@ K3_API void k3_matmul_f32(const float* W, const float* X, float* Y,
  * Lanes are combined by the halving tree above. Never expands a whole matrix in memory: below 8
  * tokens per call weights are decoded in registers, from 8 on one 16-row × 256-column tile at a
  * time (a stack buffer; docs/NUMERICS.md "Batched"). */
-K3_API void k3_matmul_mxfp4(const uint8_t* packed, const uint8_t* scales, const float* X,
-                            float* Y, int32_t rows, int32_t cols, int32_t T);
+K3_API int32_t k3_matmul_mxfp4(const uint8_t* packed, const uint8_t* scales, const float* X, int32_t ldx,
+                               float* Y, int32_t ldy, int32_t rows, int32_t cols, int32_t T);
 
 /* Compact trunk (opt-in, issue 16; kernels/k3_matmul_q.c): integers q in groups of 32 columns with
  * one f32 scale per group, w ≈ q·s. Q8: q int8 [rows][cols]. Q4: [rows][cols/2]; in group g, byte
  * i (0..15) holds column 32g+i in its low nibble and column 32g+16+i in its high nibble, each as
- * q+8. Scales [rows][cols/32] f32. cols must be a multiple of 32 (else nothing is written).
+ * q+8. Scales [rows][cols/32] f32. cols must be a multiple of 32 (else K3_ERR_ARG).
  * Order (all paths): for each group g (increasing), p[j] = q(c0+j)·x(c0+j) + q(c0+16+j)·x(c0+16+j)
- * for lanes j = 0..15, then acc[j] += p[j]·s_g; lanes combined by the halving tree above. */
-K3_API void k3_matmul_q8(const int8_t* q, const float* scales, const float* X, float* Y,
-                         int32_t rows, int32_t cols, int32_t T);
-K3_API void k3_matmul_q4(const uint8_t* q, const float* scales, const float* X, float* Y,
-                         int32_t rows, int32_t cols, int32_t T);
+ * for lanes j = 0..15, then acc[j] += p[j]·s_g; lanes combined by the halving tree above.
+ * Strides and statuses as for the matmuls above. */
+K3_API int32_t k3_matmul_q8(const int8_t* q, const float* scales, const float* X, int32_t ldx, float* Y,
+                            int32_t ldy, int32_t rows, int32_t cols, int32_t T);
+K3_API int32_t k3_matmul_q4(const uint8_t* q, const float* scales, const float* X, int32_t ldx, float* Y,
+                            int32_t ldy, int32_t rows, int32_t cols, int32_t T);
 /* Quantise a bf16 matrix to Q8 (bits 8) or Q4 (bits 4): per group s = amax/127 (or /7) in f32,
  * q = nearest integer to w/s (ties to even), clamped to ±127 (±7); an all-zero group has s = 0.
  * Q: [rows][cols] or [rows][cols/2] bytes; scales [rows][cols/32]. K3_ERR_ARG for bad sizes,

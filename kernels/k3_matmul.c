@@ -34,16 +34,16 @@ static void bf16_scalar(const mm_job* j, int64_t r0, int64_t r1) {
   const uint16_t* W = j->W;
   for (int64_t r = r0; r < r1; r++)
     for (int32_t t = 0; t < j->T; t++)
-      j->Y[(int64_t)t * j->rows + r] =
-          k3_dot16_bf16(W + r * j->cols, j->X + (int64_t)t * j->cols, j->cols);
+      j->Y[(int64_t)t * j->ldy + r] =
+          k3_dot16_bf16(W + r * j->cols, j->X + (int64_t)t * j->ldx, j->cols);
 }
 
 static void f32_scalar(const mm_job* j, int64_t r0, int64_t r1) {
   const float* W = j->W;
   for (int64_t r = r0; r < r1; r++)
     for (int32_t t = 0; t < j->T; t++)
-      j->Y[(int64_t)t * j->rows + r] =
-          k3_dot16_f32(W + r * j->cols, j->X + (int64_t)t * j->cols, j->cols);
+      j->Y[(int64_t)t * j->ldy + r] =
+          k3_dot16_f32(W + r * j->cols, j->X + (int64_t)t * j->ldx, j->cols);
 }
 
 static float mxfp4_row_scalar(const uint8_t* pk, const uint8_t* sc, const float* x, int32_t cols) {
@@ -72,8 +72,8 @@ static void mxfp4_scalar(const mm_job* j, int64_t r0, int64_t r1) {
   int64_t rb = j->cols / 2, G = j->cols / 32;
   for (int64_t r = r0; r < r1; r++)
     for (int32_t t = 0; t < j->T; t++)
-      j->Y[(int64_t)t * j->rows + r] =
-          mxfp4_row_scalar(P + r * rb, j->S + r * G, j->X + (int64_t)t * j->cols, j->cols);
+      j->Y[(int64_t)t * j->ldy + r] =
+          mxfp4_row_scalar(P + r * rb, j->S + r * G, j->X + (int64_t)t * j->ldx, j->cols);
 }
 
 /* ---------------------------------------------------------------- dispatch */
@@ -104,33 +104,36 @@ static void mm_part(void* ctx, int32_t i, int32_t n) {
  * (k3_matmul_internal.h). */
 typedef struct { mm_rows_fn scalar, avx2, avx512, neon, batch_avx2, batch_avx512; } mm_paths;
 
-static void run(mm_job j, mm_paths p) {
-  if (j.rows <= 0 || j.T <= 0) return;
+/* Checks the arguments (k3_mm_check: cols a multiple of `group`, scales present if `need_s`), then runs the path
+ * of the current ISA on the pool. */
+static int32_t run(mm_job j, int32_t group, int need_s, mm_paths p) {
+  int32_t st = k3_mm_check(j.W, j.S, need_s, j.X, j.ldx, j.Y, j.ldy, j.rows, j.cols, j.T, group);
+  if (st != K3_OK || j.rows == 0 || j.T == 0) return st;
   const int batch = j.T >= BATCH_MIN_T;
   mm_task t = { j, j.isa == K3_ISA_AVX512 ? (batch ? p.batch_avx512 : p.avx512)
                  : j.isa == K3_ISA_AVX2 ? (batch ? p.batch_avx2 : p.avx2)
                  : j.isa == K3_ISA_NEON ? p.neon : p.scalar };
   k3_pool_run_if(mm_part, &t, (int64_t)j.rows * j.cols < SMALL_WEIGHTS);
+  return K3_OK;
 }
 
-K3_API void k3_matmul_bf16(const uint16_t* W, const float* X, float* Y,
-                           int32_t rows, int32_t cols, int32_t T) {
-  mm_job j = { W, NULL, X, Y, rows, cols, T, k3_isa_current() };
-  run(j, (mm_paths){ bf16_scalar, X86(k3_mm_bf16_avx2), X86(k3_mm_bf16_avx512), ARM(k3_mm_bf16_neon),
-                     X86(k3_mm_bf16_batch_avx2), X86(k3_mm_bf16_batch_avx512) });
+K3_API int32_t k3_matmul_bf16(const uint16_t* W, const float* X, int32_t ldx, float* Y, int32_t ldy,
+                              int32_t rows, int32_t cols, int32_t T) {
+  return run((mm_job){ W, NULL, X, Y, rows, cols, T, k3_isa_current(), ldx, ldy }, 1, 0,
+             (mm_paths){ bf16_scalar, X86(k3_mm_bf16_avx2), X86(k3_mm_bf16_avx512), ARM(k3_mm_bf16_neon),
+                         X86(k3_mm_bf16_batch_avx2), X86(k3_mm_bf16_batch_avx512) });
 }
 
-K3_API void k3_matmul_f32(const float* W, const float* X, float* Y,
-                          int32_t rows, int32_t cols, int32_t T) {
-  mm_job j = { W, NULL, X, Y, rows, cols, T, k3_isa_current() };
-  run(j, (mm_paths){ f32_scalar, X86(k3_mm_f32_avx2), X86(k3_mm_f32_avx512), ARM(k3_mm_f32_neon),
-                     X86(k3_mm_f32_batch_avx2), X86(k3_mm_f32_batch_avx512) });
+K3_API int32_t k3_matmul_f32(const float* W, const float* X, int32_t ldx, float* Y, int32_t ldy,
+                             int32_t rows, int32_t cols, int32_t T) {
+  return run((mm_job){ W, NULL, X, Y, rows, cols, T, k3_isa_current(), ldx, ldy }, 1, 0,
+             (mm_paths){ f32_scalar, X86(k3_mm_f32_avx2), X86(k3_mm_f32_avx512), ARM(k3_mm_f32_neon),
+                         X86(k3_mm_f32_batch_avx2), X86(k3_mm_f32_batch_avx512) });
 }
 
-K3_API void k3_matmul_mxfp4(const uint8_t* packed, const uint8_t* scales, const float* X,
-                            float* Y, int32_t rows, int32_t cols, int32_t T) {
-  if (cols % 32 != 0) return; /* contract: cols multiple of 32 (checked by the caller) */
-  mm_job j = { packed, scales, X, Y, rows, cols, T, k3_isa_current() };
-  run(j, (mm_paths){ mxfp4_scalar, X86(k3_mm_mxfp4_avx2), X86(k3_mm_mxfp4_avx512), ARM(k3_mm_mxfp4_neon),
-                     X86(k3_mm_mxfp4_batch_avx2), X86(k3_mm_mxfp4_batch_avx512) });
+K3_API int32_t k3_matmul_mxfp4(const uint8_t* packed, const uint8_t* scales, const float* X, int32_t ldx,
+                               float* Y, int32_t ldy, int32_t rows, int32_t cols, int32_t T) {
+  return run((mm_job){ packed, scales, X, Y, rows, cols, T, k3_isa_current(), ldx, ldy }, K3_MXFP4_GROUP, 1,
+             (mm_paths){ mxfp4_scalar, X86(k3_mm_mxfp4_avx2), X86(k3_mm_mxfp4_avx512), ARM(k3_mm_mxfp4_neon),
+                         X86(k3_mm_mxfp4_batch_avx2), X86(k3_mm_mxfp4_batch_avx512) });
 }

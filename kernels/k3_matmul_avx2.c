@@ -27,7 +27,7 @@ INLINE float w_at(const void* W, int64_t i, const int bf16) {
 TAVX2 INLINE void dense_block_x(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB,
                                 const int bf16, const int PF) {
   const int32_t cols = j->cols, n16 = cols - cols % 16;
-  const float* X = j->X + (int64_t)t0 * cols;   /* [TB][cols] */
+  const float* X = j->X + (int64_t)t0 * j->ldx;   /* [TB][cols] */
   __m256 lo[4][2], hi[4][2];                    /* [row][token]: lanes 0–7 / 8–15 */
   UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++)
     lo[i][t] = hi[i][t] = _mm256_setzero_ps();
@@ -38,7 +38,7 @@ TAVX2 INLINE void dense_block_x(const mm_job* j, int64_t r, int32_t t0, const in
     UNROLL for (int i = 0; i < RB; i++) {
       __m256 w0 = load_w8(j->W, (r + i) * cols + c, bf16), w1 = load_w8(j->W, (r + i) * cols + c + 8, bf16);
       UNROLL for (int t = 0; t < TB; t++) {
-        const float* x = X + (int64_t)t * cols + c;
+        const float* x = X + (int64_t)t * j->ldx + c;
         lo[i][t] = _mm256_add_ps(lo[i][t], _mm256_mul_ps(w0, _mm256_loadu_ps(x)));
         hi[i][t] = _mm256_add_ps(hi[i][t], _mm256_mul_ps(w1, _mm256_loadu_ps(x + 8)));
       }
@@ -46,8 +46,8 @@ TAVX2 INLINE void dense_block_x(const mm_job* j, int64_t r, int32_t t0, const in
   }
   UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++) {
     float s = tree_avx2(lo[i][t], hi[i][t]);
-    for (int32_t c = n16; c < cols; c++) { float p = w_at(j->W, (r + i) * cols + c, bf16) * X[(int64_t)t * cols + c]; s += p; }
-    j->Y[(int64_t)(t0 + t) * j->rows + r + i] = s;
+    for (int32_t c = n16; c < cols; c++) { float p = w_at(j->W, (r + i) * cols + c, bf16) * X[(int64_t)t * j->ldx + c]; s += p; }
+    j->Y[(int64_t)(t0 + t) * j->ldy + r + i] = s;
   }
 }
 
@@ -107,7 +107,7 @@ TAVX2 INLINE __m256 e2m1x8_avx2(const uint8_t* p4, __m256 magxk, __m256i shr) {
  * MASKED: some row of the block has scale 255 here; its q is AND-ed to +0, and acc + (+0) = acc
  * exactly because acc (started at +0) is never −0 under round-to-nearest — i.e. skipped. */
 TAVX2 INLINE void mx_group(__m256 acc[2][4][2], const uint8_t* P, int64_t rb, const uint8_t* S, int32_t G,
-                           const float* X, int32_t cols, int32_t g, __m256 magxk, __m256i shr,
+                           const float* X, int64_t ldx, int32_t g, __m256 magxk, __m256i shr,
                            const int RB, const int TB, const int MASKED) {
   UNROLL for (int h = 0; h < 2; h++) UNROLL for (int i = 0; i < RB; i++) {
     const uint8_t* b = P + i * rb + g * 16 + 4 * h;
@@ -116,7 +116,7 @@ TAVX2 INLINE void mx_group(__m256 acc[2][4][2], const uint8_t* P, int64_t rb, co
     uint8_t sc = S[i * G + g];
     __m256 s = _mm256_set1_ps(k3_e8m0(sc));
     UNROLL for (int t = 0; t < TB; t++) {
-      const float* xg = X + (int64_t)t * cols + g * 32 + 8 * h;
+      const float* xg = X + t * ldx + g * 32 + 8 * h;
       __m256 p = _mm256_add_ps(_mm256_mul_ps(wa, _mm256_loadu_ps(xg)), _mm256_mul_ps(wb, _mm256_loadu_ps(xg + 16)));
       __m256 q = _mm256_mul_ps(p, s);
       if (MASKED) q = _mm256_and_ps(q, _mm256_castsi256_ps(_mm256_set1_epi32(sc == 255 ? 0 : -1)));
@@ -131,7 +131,7 @@ TAVX2 INLINE void mx_block_pf(const mm_job* j, int64_t r, int32_t t0, const int 
   const int64_t rb = cols / 2;
   const uint8_t* P = (const uint8_t*)j->W + r * rb;  /* [RB][cols/2] */
   const uint8_t* S = j->S + r * G;                   /* [RB][G] */
-  const float* X = j->X + (int64_t)t0 * cols;        /* [TB][cols] */
+  const float* X = j->X + (int64_t)t0 * j->ldx;        /* [TB][cols] */
   const __m256 magxk = _mm256_loadu_ps((const float*)MAG_XK);
   const __m256i shr = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
   __m256 acc[2][4][2];                               /* [half][row][token] */
@@ -142,11 +142,11 @@ TAVX2 INLINE void mx_block_pf(const mm_job* j, int64_t r, int32_t t0, const int 
     if (PF) _mm_prefetch(next + (int64_t)g * RB * 16, _MM_HINT_T0); /* RB·16 ≤ 64 bytes read per group */
     int nan_any = 0;
     UNROLL for (int i = 0; i < RB; i++) nan_any |= S[i * G + g] == 255;
-    if (__builtin_expect(!nan_any, 1)) mx_group(acc, P, rb, S, G, X, cols, g, magxk, shr, RB, TB, 0);
-    else mx_group(acc, P, rb, S, G, X, cols, g, magxk, shr, RB, TB, 1);
+    if (__builtin_expect(!nan_any, 1)) mx_group(acc, P, rb, S, G, X, j->ldx, g, magxk, shr, RB, TB, 0);
+    else mx_group(acc, P, rb, S, G, X, j->ldx, g, magxk, shr, RB, TB, 1);
   }
   UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++)
-    j->Y[(int64_t)(t0 + t) * j->rows + r + i] = tree_avx2(acc[0][i][t], acc[1][i][t]);
+    j->Y[(int64_t)(t0 + t) * j->ldy + r + i] = tree_avx2(acc[0][i][t], acc[1][i][t]);
 }
 
 TAVX2 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB) {

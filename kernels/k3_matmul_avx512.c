@@ -38,7 +38,7 @@ INLINE float w_at(const void* W, int64_t i, const int bf16) {
 T512 INLINE void dense_block_x(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB,
                              const int bf16, const int PF) {
   const int32_t cols = j->cols, n16 = cols - cols % 16;
-  const float* X = j->X + (int64_t)t0 * cols;   /* [TB][cols] */
+  const float* X = j->X + (int64_t)t0 * j->ldx;   /* [TB][cols] */
   __m512 acc[4][4];                             /* [row][token], lane j ← columns ≡ j mod 16 */
   UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++) acc[i][t] = _mm512_setzero_ps();
   const char* next = k3_pf_target((const char*)j->W + r * cols * (bf16 ? 2 : 4), (int64_t)RB * cols * (bf16 ? 2 : 4));
@@ -48,14 +48,14 @@ T512 INLINE void dense_block_x(const mm_job* j, int64_t r, int32_t t0, const int
     __m512 w[4];
     UNROLL for (int i = 0; i < RB; i++) w[i] = load_w16(j->W, (r + i) * cols + c, bf16);
     UNROLL for (int t = 0; t < TB; t++) {
-      __m512 x = _mm512_loadu_ps(X + (int64_t)t * cols + c);
+      __m512 x = _mm512_loadu_ps(X + (int64_t)t * j->ldx + c);
       UNROLL for (int i = 0; i < RB; i++) acc[i][t] = _mm512_add_ps(acc[i][t], _mm512_mul_ps(w[i], x));
     }
   }
   UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++) {
     float s = tree_avx512(acc[i][t]);
-    for (int32_t c = n16; c < cols; c++) { float p = w_at(j->W, (r + i) * cols + c, bf16) * X[(int64_t)t * cols + c]; s += p; }
-    j->Y[(int64_t)(t0 + t) * j->rows + r + i] = s;
+    for (int32_t c = n16; c < cols; c++) { float p = w_at(j->W, (r + i) * cols + c, bf16) * X[(int64_t)t * j->ldx + c]; s += p; }
+    j->Y[(int64_t)(t0 + t) * j->ldy + r + i] = s;
   }
 }
 
@@ -118,7 +118,7 @@ T512 INLINE void mx_block_x(const mm_job* j, int64_t r, int32_t t0, const int RB
   const int64_t rb = cols / 2;
   const uint8_t* P = (const uint8_t*)j->W + r * rb;  /* [RB][cols/2] */
   const uint8_t* S = j->S + r * G;                   /* [RB][G] */
-  const float* X = j->X + (int64_t)t0 * cols;        /* [TB][cols] */
+  const float* X = j->X + (int64_t)t0 * j->ldx;        /* [TB][cols] */
   const __m512 tab = _mm512_loadu_ps(k3_e2m1);
   const __m512i cnt = _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
   const __m512i pi = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
@@ -139,7 +139,7 @@ T512 INLINE void mx_block_x(const mm_job* j, int64_t r, int32_t t0, const int RB
     }
     if (__builtin_expect(!nan_any, 1)) {
       UNROLL for (int t = 0; t < TB; t++) {
-        const float* xg = X + (int64_t)t * cols + g * 32;
+        const float* xg = X + (int64_t)t * j->ldx + g * 32;
         __m512 xa = xpre ? _mm512_load_ps(xpre + g * 32) : _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg));
         __m512 xb = xpre ? _mm512_load_ps(xpre + g * 32 + 16) : _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg + 16));
         UNROLL for (int i = 0; i < RB; i++) {
@@ -149,7 +149,7 @@ T512 INLINE void mx_block_x(const mm_job* j, int64_t r, int32_t t0, const int RB
       }
     } else {
       UNROLL for (int t = 0; t < TB; t++) {
-        const float* xg = X + (int64_t)t * cols + g * 32;
+        const float* xg = X + (int64_t)t * j->ldx + g * 32;
         __m512 xa = xpre ? _mm512_load_ps(xpre + g * 32) : _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg));
         __m512 xb = xpre ? _mm512_load_ps(xpre + g * 32 + 16) : _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg + 16));
         UNROLL for (int i = 0; i < RB; i++) {
@@ -162,7 +162,7 @@ T512 INLINE void mx_block_x(const mm_job* j, int64_t r, int32_t t0, const int RB
   }
   const __m512i unpi = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
   UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++)
-    j->Y[(int64_t)(t0 + t) * j->rows + r + i] = tree_avx512(_mm512_permutexvar_ps(unpi, acc[i][t]));
+    j->Y[(int64_t)(t0 + t) * j->ldy + r + i] = tree_avx512(_mm512_permutexvar_ps(unpi, acc[i][t]));
 }
 
 T512 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB) {

@@ -64,7 +64,7 @@ static void batch(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* i
   float y[RP * TC];
   for (int32_t t0 = 0; t0 < T; t0 += TC) {
     const int32_t tc = T - t0 < TC ? T - t0 : TC;
-    const float* X = j->X + (int64_t)t0 * cols;
+    const float* X = j->X + (int64_t)t0 * j->ldx;
     for (int64_t p = r0; p < r1; p += RP) {
       const int rp = r1 - p < RP ? (int)(r1 - p) : RP;
       if (n == 0) memset(A, 0, sizeof(float) * 16 * (size_t)(rp * TC)); /* no column reaches a lane */
@@ -90,12 +90,12 @@ static void batch(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* i
          * panel's rows sweep the L1-resident tile */
         for (int32_t t = 0; t < tc; t += isa->tb) {
           const int tb = tc - t < isa->tb ? tc - t : isa->tb;
-          const float* Xt = X + (int64_t)t * cols + k0;
+          const float* Xt = X + (int64_t)t * j->ldx + k0;
           for (int rb = 0; rb < rp; rb += isa->rb) {
             const int R = rp - rb < isa->rb ? rp - rb : isa->rb;
             float* At = A + (rb * TC + t) * 16;
-            if (kind == 2) isa->mxfp4(Wp + rb * ldw, sc + rb * KG, nan, rb, Xt, cols, At, k0 == 0, kc / 32, R, tb);
-            else isa->dense(Wp + rb * ldw, ldw, Xt, cols, At, k0 == 0, kc, R, tb);
+            if (kind == 2) isa->mxfp4(Wp + rb * ldw, sc + rb * KG, nan, rb, Xt, j->ldx, At, k0 == 0, kc / 32, R, tb);
+            else isa->dense(Wp + rb * ldw, ldw, Xt, j->ldx, At, k0 == 0, kc, R, tb);
           }
         }
       }
@@ -103,8 +103,8 @@ static void batch(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* i
       for (int32_t t = 0; t < tc; t++)
         for (int i = 0; i < rp; i++) {
           float s = y[i * TC + t];
-          if (kind != 2 && n < cols) s = dense_tail(j, p + i, X + (int64_t)t * cols, n, s, kind == 1);
-          j->Y[(int64_t)(t0 + t) * j->rows + p + i] = s;
+          if (kind != 2 && n < cols) s = dense_tail(j, p + i, X + (int64_t)t * j->ldx, n, s, kind == 1);
+          j->Y[(int64_t)(t0 + t) * j->ldy + p + i] = s;
         }
     }
   }

@@ -12,10 +12,24 @@
 typedef struct {
   const void* W;          /* bf16 / f32 [rows][cols], or MXFP4 packed [rows][cols/2] */
   const uint8_t* S;       /* MXFP4 scales [rows][cols/32] */
-  const float* X;         /* [T][cols] */
-  float* Y;               /* [T][rows] */
+  const float* X;         /* row t at X + t·ldx (cols floats) */
+  float* Y;               /* row t at Y + t·ldy (rows floats) */
   int32_t rows, cols, T, isa;
+  int64_t ldx, ldy;       /* row strides in floats: ldx ≥ cols, ldy ≥ rows (k3.h) */
 } mm_job;
+
+/* The argument check every k3_matmul_* entry point makes before any work (k3.h): K3_OK, or
+ * K3_ERR_ARG for negative sizes, strides shorter than a row, cols not a multiple of `group`
+ * (1: any), or a NULL buffer the call would read or write. Empty products (rows or T = 0) are OK
+ * and write nothing. */
+static inline int32_t k3_mm_check(const void* W, const void* S, int need_s, const float* X, int64_t ldx,
+                                  const float* Y, int64_t ldy, int32_t rows, int32_t cols, int32_t T,
+                                  int32_t group) {
+  if (rows < 0 || cols < 0 || T < 0 || ldx < cols || ldy < rows || cols % group != 0) return K3_ERR_ARG;
+  if (rows == 0 || T == 0) return K3_OK;
+  if (!Y || (cols > 0 && (!W || !X || (need_s && !S)))) return K3_ERR_ARG;
+  return K3_OK;
+}
 
 /* Computes rows [r0, r1) for all T tokens. */
 typedef void (*mm_rows_fn)(const mm_job*, int64_t r0, int64_t r1);

@@ -52,7 +52,7 @@ INLINE float w_at(const void* W, int64_t i, const int bf16) {
 /* Rows r..r+RB−1, tokens t0..t0+TB−1 (RB·TB ≤ 4, compile-time after inlining). */
 INLINE void dense_block(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB, const int bf16) {
   const int32_t cols = j->cols, n16 = cols - cols % 16;
-  const float* X = j->X + (int64_t)t0 * cols; /* [TB][cols] */
+  const float* X = j->X + (int64_t)t0 * j->ldx; /* [TB][cols] */
   float32x4_t acc[4][4][4];                   /* [row][token][quarter] */
   UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++) UNROLL for (int q = 0; q < 4; q++)
     acc[i][t][q] = vdupq_n_f32(0.0f);
@@ -61,7 +61,7 @@ INLINE void dense_block(const mm_job* j, int64_t r, int32_t t0, const int RB, co
       float32x4_t w[4];
       load_w16(w, j->W, (r + i) * cols + c, bf16);
       UNROLL for (int t = 0; t < TB; t++) {
-        const float* x = X + (int64_t)t * cols + c;
+        const float* x = X + (int64_t)t * j->ldx + c;
         UNROLL for (int q = 0; q < 4; q++)
           acc[i][t][q] = vaddq_f32(acc[i][t][q], vmulq_f32(w[q], vld1q_f32(x + 4 * q)));
       }
@@ -69,8 +69,8 @@ INLINE void dense_block(const mm_job* j, int64_t r, int32_t t0, const int RB, co
   }
   UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++) {
     float s = tree_neon(acc[i][t]);
-    for (int32_t c = n16; c < cols; c++) { float p = w_at(j->W, (r + i) * cols + c, bf16) * X[(int64_t)t * cols + c]; s += p; }
-    j->Y[(int64_t)(t0 + t) * j->rows + r + i] = s;
+    for (int32_t c = n16; c < cols; c++) { float p = w_at(j->W, (r + i) * cols + c, bf16) * X[(int64_t)t * j->ldx + c]; s += p; }
+    j->Y[(int64_t)(t0 + t) * j->ldy + r + i] = s;
   }
 }
 
@@ -117,7 +117,7 @@ INLINE void e2m1x16_neon(float32x4_t w[4], uint8x16_t n, uint8x16_t thi, uint8x1
  * MASKED: some row of the block has scale 255 here; its q is AND-ed to +0, and acc + (+0) = acc
  * exactly because acc (started at +0) is never −0 under round-to-nearest — i.e. skipped. */
 INLINE void mx_group(float32x4_t acc[4][4][4], const uint8_t* P, int64_t rb, const uint8_t* S, int32_t G,
-                     const float* X, int32_t cols, int32_t g, uint8x16_t thi, uint8x16_t tlo,
+                     const float* X, int64_t ldx, int32_t g, uint8x16_t thi, uint8x16_t tlo,
                      const int RB, const int TB, const int MASKED) {
   UNROLL for (int i = 0; i < RB; i++) {
     uint8x16_t bytes = vld1q_u8(P + i * rb + g * 16);
@@ -129,7 +129,7 @@ INLINE void mx_group(float32x4_t acc[4][4][4], const uint8_t* P, int64_t rb, con
     float32x4_t s = vdupq_n_f32(k3_e8m0(sc));
     uint32x4_t keep = vdupq_n_u32(sc == 255 ? 0u : ~0u);
     UNROLL for (int t = 0; t < TB; t++) {
-      const float* xg = X + (int64_t)t * cols + g * 32;
+      const float* xg = X + t * ldx + g * 32;
       UNROLL for (int q = 0; q < 4; q++) {
         float32x4_t pa = vmulq_f32(wa[q], vld1q_f32(xg + 4 * q));
         float32x4_t pb = vmulq_f32(wb[q], vld1q_f32(xg + 16 + 4 * q));
@@ -147,7 +147,7 @@ INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, const
   const int64_t rb = cols / 2;
   const uint8_t* P = (const uint8_t*)j->W + r * rb; /* [RB][cols/2] */
   const uint8_t* S = j->S + r * G;                  /* [RB][G] */
-  const float* X = j->X + (int64_t)t0 * cols;       /* [TB][cols] */
+  const float* X = j->X + (int64_t)t0 * j->ldx;       /* [TB][cols] */
   const uint8x16_t thi = vld1q_u8(E2M1_HI), tlo = vld1q_u8(E2M1_LO);
   float32x4_t acc[4][4][4];                         /* [row][token][quarter] */
   UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++) UNROLL for (int q = 0; q < 4; q++)
@@ -155,12 +155,12 @@ INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, const
   for (int32_t g = 0; g < G; g++) {
     int nan_any = 0;
     UNROLL for (int i = 0; i < RB; i++) nan_any |= S[i * G + g] == 255;
-    if (__builtin_expect(!nan_any, 1)) mx_group(acc, P, rb, S, G, X, cols, g, thi, tlo, RB, TB, 0);
-    else if (RB > 1) mx_group(acc, P, rb, S, G, X, cols, g, thi, tlo, RB, TB, 1);
+    if (__builtin_expect(!nan_any, 1)) mx_group(acc, P, rb, S, G, X, j->ldx, g, thi, tlo, RB, TB, 0);
+    else if (RB > 1) mx_group(acc, P, rb, S, G, X, j->ldx, g, thi, tlo, RB, TB, 1);
     /* RB == 1 and a NaN scale: the whole group is skipped */
   }
   UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++)
-    j->Y[(int64_t)(t0 + t) * j->rows + r + i] = tree_neon(acc[i][t]);
+    j->Y[(int64_t)(t0 + t) * j->ldy + r + i] = tree_neon(acc[i][t]);
 }
 
 /* Rows in blocks of 4: token pairs as two 2×2 blocks (one decode per 2 tokens), a last single

@@ -17,7 +17,7 @@
  * The quantisers are here too, so packing a 100 GB trunk runs at C speed on every core and
  * gives the same bytes on every machine: s = amax/127 (Q8) or amax/7 (Q4) in f32, q = the
  * nearest integer to w/s (ties to even), clamped; an all-zero group has s = 0 and q = 0. */
-#include "k3_internal.h"
+#include "k3_matmul_internal.h"
 #if defined(__aarch64__)
 #include <arm_neon.h>
 #define INLINE __attribute__((always_inline)) static inline
@@ -35,9 +35,10 @@
 typedef struct {
   const uint8_t* W; /* Q8: int8 [rows][cols]; Q4: [rows][cols/2] */
   const float* S;   /* [rows][cols/32] */
-  const float* X;   /* [T][cols] */
-  float* Y;         /* [T][rows] */
+  const float* X;   /* row t at X + t·ldx */
+  float* Y;         /* row t at Y + t·ldy */
   int32_t rows, cols, T, q4;
+  int64_t ldx, ldy;
 } q_job;
 
 /* ---------------------------------------------------------------- scalar (reference order) */
@@ -46,7 +47,7 @@ static float q_row_scalar(const q_job* j, int64_t r, int32_t t) {
   const int64_t rb = j->q4 ? cols / 2 : cols;
   const uint8_t* b = j->W + r * rb;
   const float* s = j->S + r * G;
-  const float* x = j->X + (int64_t)t * cols;
+  const float* x = j->X + (int64_t)t * j->ldx;
   float acc[16] = {0};
   for (int32_t g = 0; g < G; g++) {
     const float* xg = x + g * 32;
@@ -71,7 +72,7 @@ static float q_row_scalar(const q_job* j, int64_t r, int32_t t) {
 
 static void q_rows_scalar(const q_job* j, int64_t r0, int64_t r1) {
   for (int64_t r = r0; r < r1; r++)
-    for (int32_t t = 0; t < j->T; t++) j->Y[(int64_t)t * j->rows + r] = q_row_scalar(j, r, t);
+    for (int32_t t = 0; t < j->T; t++) j->Y[(int64_t)t * j->ldy + r] = q_row_scalar(j, r, t);
 }
 
 #if defined(__x86_64__)
@@ -117,7 +118,7 @@ TAVX2 INLINE void q_block_avx2(const q_job* j, int64_t r, int32_t t0, const int 
       q_group_avx2(j->W + (r + i) * rb, g, q4, &a0, &a1, &b0, &b1);
       __m256 s = _mm256_broadcast_ss(j->S + (r + i) * G + g);
       UNROLL for (int t = 0; t < TB; t++) {
-        const float* x = j->X + (int64_t)(t0 + t) * cols + g * 32;
+        const float* x = j->X + (int64_t)(t0 + t) * j->ldx + g * 32;
         __m256 p0 = _mm256_add_ps(_mm256_mul_ps(a0, _mm256_loadu_ps(x)), _mm256_mul_ps(b0, _mm256_loadu_ps(x + 16)));
         __m256 p1 = _mm256_add_ps(_mm256_mul_ps(a1, _mm256_loadu_ps(x + 8)), _mm256_mul_ps(b1, _mm256_loadu_ps(x + 24)));
         lo[i][t] = _mm256_add_ps(lo[i][t], _mm256_mul_ps(p0, s));
@@ -126,7 +127,7 @@ TAVX2 INLINE void q_block_avx2(const q_job* j, int64_t r, int32_t t0, const int 
     }
   }
   UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++)
-    j->Y[(int64_t)(t0 + t) * j->rows + r + i] = tree_avx2(lo[i][t], hi[i][t]);
+    j->Y[(int64_t)(t0 + t) * j->ldy + r + i] = tree_avx2(lo[i][t], hi[i][t]);
 }
 
 /* One token: 4 rows at a time (4 independent add chains, one x load per 4 rows); several: 2 rows
@@ -190,7 +191,7 @@ T512 INLINE void q_block_avx512(const q_job* j, int64_t r, int32_t t0, const int
       s[i] = _mm512_set1_ps(j->S[(r + i) * G + g]);
     }
     UNROLL for (int t = 0; t < TB; t++) {
-      const float* x = j->X + (int64_t)(t0 + t) * cols + g * 32;
+      const float* x = j->X + (int64_t)(t0 + t) * j->ldx + g * 32;
       __m512 xa = _mm512_loadu_ps(x), xb = _mm512_loadu_ps(x + 16);
       UNROLL for (int i = 0; i < RB; i++) {
         __m512 p = _mm512_add_ps(_mm512_mul_ps(wa[i], xa), _mm512_mul_ps(wb[i], xb));
@@ -199,7 +200,7 @@ T512 INLINE void q_block_avx512(const q_job* j, int64_t r, int32_t t0, const int
     }
   }
   UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++)
-    j->Y[(int64_t)(t0 + t) * j->rows + r + i] = tree_avx512(acc[i][t]);
+    j->Y[(int64_t)(t0 + t) * j->ldy + r + i] = tree_avx512(acc[i][t]);
 }
 
 T512 INLINE void q_rows_avx512_x(const q_job* j, int64_t r0, int64_t r1, const int q4) {
@@ -271,14 +272,14 @@ INLINE void q_block_neon(const q_job* j, int64_t r, int32_t t0, const int TB, co
     q_group_neon(row, g, q4, wa, wb);
     float32x4_t s = vdupq_n_f32(j->S[r * G + g]);
     UNROLL for (int t = 0; t < TB; t++) {
-      const float* x = j->X + (int64_t)(t0 + t) * cols + g * 32;
+      const float* x = j->X + (int64_t)(t0 + t) * j->ldx + g * 32;
       UNROLL for (int q = 0; q < 4; q++) {
         float32x4_t p = vaddq_f32(vmulq_f32(wa[q], vld1q_f32(x + 4 * q)), vmulq_f32(wb[q], vld1q_f32(x + 16 + 4 * q)));
         acc[t][q] = vaddq_f32(acc[t][q], vmulq_f32(p, s));
       }
     }
   }
-  UNROLL for (int t = 0; t < TB; t++) j->Y[(int64_t)(t0 + t) * j->rows + r] = q_tree_neon(acc[t]);
+  UNROLL for (int t = 0; t < TB; t++) j->Y[(int64_t)(t0 + t) * j->ldy + r] = q_tree_neon(acc[t]);
 }
 
 INLINE void q_rows_neon_x(const q_job* j, int64_t r0, int64_t r1, const int q4) {
@@ -304,8 +305,9 @@ static void q_part(void* ctx, int32_t i, int32_t n) {
   if (hi > lo) t->fn(&t->j, lo, hi);
 }
 
-static void q_run(q_job j) {
-  if (j.rows <= 0 || j.T <= 0 || j.cols % 32 != 0) return; /* contract: cols multiple of 32 (k3.h) */
+static int32_t q_run(q_job j) {
+  int32_t st = k3_mm_check(j.W, j.S, 1, j.X, j.ldx, j.Y, j.ldy, j.rows, j.cols, j.T, 32);
+  if (st != K3_OK || j.rows == 0 || j.T == 0) return st;
   int32_t isa = k3_isa_current();
 #if defined(__x86_64__)
   q_task t = { j, isa == K3_ISA_AVX512 ? q_rows_avx512 : isa == K3_ISA_AVX2 ? q_rows_avx2 : q_rows_scalar };
@@ -316,18 +318,19 @@ static void q_run(q_job j) {
   q_task t = { j, q_rows_scalar };
 #endif
   k3_pool_run_if(q_part, &t, (int64_t)j.rows * j.cols < SMALL_WEIGHTS);
+  return K3_OK;
 }
 
-K3_API void k3_matmul_q8(const int8_t* q, const float* scales, const float* X, float* Y,
-                         int32_t rows, int32_t cols, int32_t T) {
-  q_job j = { (const uint8_t*)q, scales, X, Y, rows, cols, T, 0 };
-  q_run(j);
+K3_API int32_t k3_matmul_q8(const int8_t* q, const float* scales, const float* X, int32_t ldx, float* Y,
+                            int32_t ldy, int32_t rows, int32_t cols, int32_t T) {
+  q_job j = { (const uint8_t*)q, scales, X, Y, rows, cols, T, 0, ldx, ldy };
+  return q_run(j);
 }
 
-K3_API void k3_matmul_q4(const uint8_t* q, const float* scales, const float* X, float* Y,
-                         int32_t rows, int32_t cols, int32_t T) {
-  q_job j = { q, scales, X, Y, rows, cols, T, 1 };
-  q_run(j);
+K3_API int32_t k3_matmul_q4(const uint8_t* q, const float* scales, const float* X, int32_t ldx, float* Y,
+                            int32_t ldy, int32_t rows, int32_t cols, int32_t T) {
+  q_job j = { q, scales, X, Y, rows, cols, T, 1, ldx, ldy };
+  return q_run(j);
 }
 
 /* ---------------------------------------------------------------- quantisers */

@@ -1,7 +1,9 @@
 #include "k3.h"
 /* 2: k3_limit; k3_router_topk and k3_attnres_mix return a status; k3_argmax refuses non-finite
  * input; k3_pool_init refuses sizes outside 1..K3_POOL_MAX_THREADS instead of clamping. */
-K3_API int32_t k3_version(void) { return 2; }
+/* 3: every k3_matmul_* takes row strides (ldx, ldy) and returns a status (K3_ERR_ARG for sizes
+ * it does not handle, never a silent no-op). */
+K3_API int32_t k3_version(void) { return 3; }
 
 K3_API int32_t k3_limit(int32_t which) {
   switch (which) {

@@ -38,13 +38,15 @@ export const symbols = {
   k3_mem_copy: { args: [ptr, ptr, i64], returns: v },
   k3_mem_read_sum: { args: [ptr, i64], returns: i64 },
 
-  // matmuls: (W, X[T][cols], Y[T][rows], rows, cols, T)
-  k3_matmul_bf16: { args: [ptr, ptr, ptr, i32, i32, i32], returns: v },
-  k3_matmul_f32: { args: [ptr, ptr, ptr, i32, i32, i32], returns: v },
-  k3_matmul_mxfp4: { args: [ptr, ptr, ptr, ptr, i32, i32, i32], returns: v },
-  // compact trunk (kernels/k3_matmul_q.c): (q, scales, X, Y, rows, cols, T); quantiser (W, rows, cols, bits, Q, scales)
-  k3_matmul_q8: { args: [ptr, ptr, ptr, ptr, i32, i32, i32], returns: v },
-  k3_matmul_q4: { args: [ptr, ptr, ptr, ptr, i32, i32, i32], returns: v },
+  // matmuls (kernels/k3.h): (W, X, ldx, Y, ldy, rows, cols, T): row t of X at X + t·ldx, of Y at
+  // Y + t·ldy (floats; ldx ≥ cols, ldy ≥ rows) → K3_OK, or K3_ERR_ARG with nothing written
+  k3_matmul_bf16: { args: [ptr, ptr, i32, ptr, i32, i32, i32, i32], returns: i32 },
+  k3_matmul_f32: { args: [ptr, ptr, i32, ptr, i32, i32, i32, i32], returns: i32 },
+  // (packed, scales, X, ldx, Y, ldy, rows, cols, T); cols a multiple of 32
+  k3_matmul_mxfp4: { args: [ptr, ptr, ptr, i32, ptr, i32, i32, i32, i32], returns: i32 },
+  // compact trunk (kernels/k3_matmul_q.c): (q, scales, X, ldx, Y, ldy, rows, cols, T); quantiser (W, rows, cols, bits, Q, scales)
+  k3_matmul_q8: { args: [ptr, ptr, ptr, i32, ptr, i32, i32, i32, i32], returns: i32 },
+  k3_matmul_q4: { args: [ptr, ptr, ptr, i32, ptr, i32, i32, i32, i32], returns: i32 },
   k3_quantize_bf16: { args: [ptr, i32, i32, i32, ptr, ptr], returns: i32 }, // K3_OK / K3_ERR_ARG / K3_ERR_NONFINITE
   k3_quant_error: { args: [ptr, i32, i32, i32, ptr, ptr, ptr], returns: v }, // (W, rows, cols, bits, Q, scales, double out[3])
 
@@ -130,12 +132,23 @@ export function kernelLimits(k: Kernels = loadKernels()): KernelLimits {
   return out;
 }
 
+/** The library ABI these bindings are written for (k3_version, kernels/k3_version.c). */
+export const KERNELS_ABI = 3;
+
 let loaded: Kernels | undefined;
 
-/** dlopen the kernel library once per process and return its symbols. */
+/** dlopen the kernel library once per process and return its symbols. A library of another ABI
+ *  (an old build through $K3_KERNELS) is refused: its functions take other arguments. */
 export function loadKernels(): Kernels {
-  if (!loaded) loaded = open().symbols;
-  return loaded;
+  if (loaded) return loaded;
+  const lib = open();
+  const abi = lib.symbols.k3_version();
+  if (abi !== KERNELS_ABI) {
+    lib.close();
+    const where = process.env.K3_KERNELS ? `$K3_KERNELS (${process.env.K3_KERNELS})` : "the built-in kernel library";
+    throw new Error(`${where} has ABI version ${abi}, these bindings need version ${KERNELS_ABI}: rebuild it (npm run build:kernels) or point K3_KERNELS at a matching build`);
+  }
+  return (loaded = lib.symbols);
 }
 
 function open() {

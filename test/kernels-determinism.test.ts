@@ -17,9 +17,9 @@ describe("matmul bits across ISA paths and thread counts", () => {
   function runAll(isa: number, threads: number) {
     const Yb = new Float32Array(T * rows), Yf = new Float32Array(T * rows), Ym = new Float32Array(T * rows);
     withIsaThreads(isa, threads, () => {
-      k.k3_matmul_bf16(Wb, X, Yb, rows, cols, T);
-      k.k3_matmul_f32(Wf, X, Yf, rows, cols, T);
-      k.k3_matmul_mxfp4(packed, scales, Xm, Ym, rows, mcols, T);
+      k.k3_matmul_bf16(Wb, X, cols, Yb, rows, rows, cols, T);
+      k.k3_matmul_f32(Wf, X, cols, Yf, rows, rows, cols, T);
+      k.k3_matmul_mxfp4(packed, scales, Xm, mcols, Ym, rows, rows, mcols, T);
     });
     return { Yb, Yf, Ym };
   }
@@ -60,8 +60,8 @@ describe("matmul bits across ISA paths and thread counts", () => {
       withIsaThreads(isa, 2, () => {
         for (let t = 0; t < T; t++) {
           const y = new Float32Array(rows), ym = new Float32Array(rows);
-          k.k3_matmul_bf16(Wb, X.subarray(t * cols), y, rows, cols, 1);
-          k.k3_matmul_mxfp4(packed, scales, Xm.subarray(t * mcols), ym, rows, mcols, 1);
+          k.k3_matmul_bf16(Wb, X.subarray(t * cols), cols, y, rows, rows, cols, 1);
+          k.k3_matmul_mxfp4(packed, scales, Xm.subarray(t * mcols), mcols, ym, rows, rows, mcols, 1);
           expect(bitsHash(y)).toBe(bitsHash(all.Yb.subarray(t * rows, (t + 1) * rows)));
           expect(bitsHash(ym)).toBe(bitsHash(all.Ym.subarray(t * rows, (t + 1) * rows)));
         }

@@ -30,8 +30,8 @@ function cases(): Case[] {
     const Wb = randBF16(r, rows * cols), Wf = randF32(r, rows * cols, -2, 2);
     const X = randF32(r, T * cols, -3, 3);
     X[0] = -0; // a signed zero input
-    out.push({ name: `bf16 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_bf16(Wb, X, Y, rows, cols, T); return Y; } });
-    out.push({ name: `f32 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_f32(Wf, X, Y, rows, cols, T); return Y; } });
+    out.push({ name: `bf16 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_bf16(Wb, X, cols, Y, rows, rows, cols, T); return Y; } });
+    out.push({ name: `f32 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_f32(Wf, X, cols, Y, rows, rows, cols, T); return Y; } });
   }
   const mx: [number, number, number][] = [
     [1, 32, 1], [7, 64, 9], [301, 512, 6], [130, 1056, 4], [5, 3072, 2], [33, 96, 7], [256, 288, 3],
@@ -45,7 +45,7 @@ function cases(): Case[] {
     const X = randF32(r, T * cols, -(2 ** -8), 2 ** -8);
     for (let i = 0; i < X.length; i += 5) X[i] *= 2 ** -120;
     X[1] = -0;
-    out.push({ name: `mxfp4 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_mxfp4(packed, scales, X, Y, rows, cols, T); return Y; } });
+    out.push({ name: `mxfp4 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_mxfp4(packed, scales, X, cols, Y, rows, rows, cols, T); return Y; } });
   }
   // Appended later (after the MXFP4 cases, so the cases above keep their random inputs): long
   // bf16 rows (≥ 12 KB) at T = 1 and T = 5, read 4 rows at a time.
@@ -53,13 +53,13 @@ function cases(): Case[] {
   dense.push([9, 6200, 1], [6, 6200, 5]);
   for (const [rows, cols, T] of dense) {
     const Wb = randBF16(r, rows * cols), X = randF32(r, T * cols, -3, 3);
-    out.push({ name: `bf16 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_bf16(Wb, X, Y, rows, cols, T); return Y; } });
+    out.push({ name: `bf16 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_bf16(Wb, X, cols, Y, rows, rows, cols, T); return Y; } });
   }
   // MXFP4 at T = 1 on both one-token paths: x pre-permuted (cols ≤ 8192) and the fallback.
   for (const [rows, cols] of [[40, 512], [6, 8224]]) {
     const { packed, scales } = randMXFP4(r, rows, cols);
     const X = randF32(r, cols, -(2 ** -8), 2 ** -8);
-    out.push({ name: `mxfp4 ${rows}x${cols} T1`, run: () => { const Y = new Float32Array(rows); k.k3_matmul_mxfp4(packed, scales, X, Y, rows, cols, 1); return Y; } });
+    out.push({ name: `mxfp4 ${rows}x${cols} T1`, run: () => { const Y = new Float32Array(rows); k.k3_matmul_mxfp4(packed, scales, X, cols, Y, rows, rows, cols, 1); return Y; } });
   }
   // Appended with the batched kernels (k3_matmul_batch*.c, T ≥ 8): shapes that hit every edge
   // of their loop nest — rows not a multiple of the panel (16) or register blocks, T beyond one
@@ -71,8 +71,8 @@ function cases(): Case[] {
   for (const [rows, cols, T] of dense) {
     const Wb = randBF16(r, rows * cols), Wf = randF32(r, rows * cols, -2, 2), X = randF32(r, T * cols, -3, 3);
     X[0] = -0;
-    out.push({ name: `bf16 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_bf16(Wb, X, Y, rows, cols, T); return Y; } });
-    out.push({ name: `f32 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_f32(Wf, X, Y, rows, cols, T); return Y; } });
+    out.push({ name: `bf16 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_bf16(Wb, X, cols, Y, rows, rows, cols, T); return Y; } });
+    out.push({ name: `f32 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_f32(Wf, X, cols, Y, rows, rows, cols, T); return Y; } });
   }
   for (const [rows, cols, T] of [[37, 320, 33], [70, 1056, 64], [18, 96, 8], [3, 32, 100]] as const) {
     const { packed, scales } = randMXFP4(r, rows, cols);
@@ -80,7 +80,7 @@ function cases(): Case[] {
     packed.fill(0x88, 2 * (cols / 2), 3 * (cols / 2)); // row 2: all −0 weights
     const X = randF32(r, T * cols, -(2 ** -8), 2 ** -8);
     for (let i = 0; i < X.length; i += 5) X[i] *= 2 ** -120;
-    out.push({ name: `mxfp4 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_mxfp4(packed, scales, X, Y, rows, cols, T); return Y; } });
+    out.push({ name: `mxfp4 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_mxfp4(packed, scales, X, cols, Y, rows, rows, cols, T); return Y; } });
   }
   return out;
 }

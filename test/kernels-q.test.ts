@@ -32,8 +32,8 @@ function packed(bits: QBits, rows: number, cols: number, seed: number) {
 
 function product(bits: QBits, Q: Uint8Array, S: Float32Array, X: Float32Array, rows: number, cols: number, T: number): Float32Array {
   const Y = new Float32Array(T * rows);
-  if (bits === 8) k.k3_matmul_q8(Q, S, X, Y, rows, cols, T);
-  else k.k3_matmul_q4(Q, S, X, Y, rows, cols, T);
+  if (bits === 8) k.k3_matmul_q8(Q, S, X, cols, Y, rows, rows, cols, T);
+  else k.k3_matmul_q4(Q, S, X, cols, Y, rows, rows, cols, T);
   return Y;
 }
 

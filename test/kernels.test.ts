@@ -43,8 +43,8 @@ describe("matmuls vs float64 reference", () => {
           const X = randF32(r, T * cols);
           const Yb = new Float32Array(T * rows), Yf = new Float32Array(T * rows);
           withIsaThreads(p.isa, 1, () => {
-            k.k3_matmul_bf16(Wb, X, Yb, rows, cols, T);
-            k.k3_matmul_f32(Wf, X, Yf, rows, cols, T);
+            k.k3_matmul_bf16(Wb, X, cols, Yb, rows, rows, cols, T);
+            k.k3_matmul_f32(Wf, X, cols, Yf, rows, rows, cols, T);
           });
           const Wb64 = f64(bf16ToF32(Wb)), Wf64 = f64(Wf);
           expectWithin(Yb, refMatmul(Wb64, rows, cols, X, T), dotBounds(Wb64, rows, cols, X, T), `bf16 ${rows}x${cols} T${T}`);
@@ -60,7 +60,7 @@ describe("matmuls vs float64 reference", () => {
           // |x| ≤ 2^-8 keeps 16 groups at 2^127·6 finite in f32 (MAX ≈ 3.4e38).
           const X = randF32(r, T * cols, -(2 ** -8), 2 ** -8);
           const Y = new Float32Array(T * rows);
-          withIsaThreads(p.isa, 1, () => k.k3_matmul_mxfp4(packed, scales, X, Y, rows, cols, T));
+          withIsaThreads(p.isa, 1, () => k.k3_matmul_mxfp4(packed, scales, X, cols, Y, rows, rows, cols, T));
           const W = ref.decodeMXFP4(packed, scales, rows, cols);
           // Per group: 2 products + 1 add + 1 scale multiply (exact unless subnormal) → cols + 4.
           expectWithin(Y, refMatmul(W, rows, cols, X, T), dotBounds(W, rows, cols, X, T, 4), `mxfp4 ${rows}x${cols} T${T}`);
@@ -77,11 +77,11 @@ describe("matmuls vs float64 reference", () => {
     const X = new Float32Array(32);
     X[1] = 1;
     const Y = new Float32Array(1);
-    k.k3_matmul_mxfp4(packed, new Uint8Array([128]), X, Y, 1, 32, 1);
+    k.k3_matmul_mxfp4(packed, new Uint8Array([128]), X, 32, Y, 1, 1, 32, 1);
     expect(Y[0]).toBe(12);
-    k.k3_matmul_mxfp4(packed, new Uint8Array([255]), X, Y, 1, 32, 1);
+    k.k3_matmul_mxfp4(packed, new Uint8Array([255]), X, 32, Y, 1, 1, 32, 1);
     expect(Y[0]).toBe(0);
-    k.k3_matmul_mxfp4(packed, new Uint8Array([0]), X, Y, 1, 32, 1);
+    k.k3_matmul_mxfp4(packed, new Uint8Array([0]), X, 32, Y, 1, 1, 32, 1);
     expect(Y[0]).toBe(6 * 2 ** -127); // subnormal scale built exactly
   });
 });

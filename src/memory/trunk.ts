@@ -120,9 +120,10 @@ export class StreamedTrunk {
     const t = this.layout.tensors.get(name)!;
     if (segs.length === 1) {
       const s = this.sliceAt(segs[0]!, this.useMatrixPiece(segs[0]!.piece));
-      return { ptr: s.ptr, scales: s.scales, dtype: t.dtype, shape: t.shape, bytes: t.bytes };
+      return { name, ptr: s.ptr, scales: s.scales, dtype: t.dtype, shape: t.shape, bytes: t.bytes };
     }
     return {
+      name,
       get ptr(): never {
         throw new K3Error("INTERNAL", `${name} is streamed in row slices: use rowSlices / slice()`);
       },
@@ -146,7 +147,7 @@ export class StreamedTrunk {
     const off = this.plans[core]!.offsets.get(name);
     const t = this.layout.tensors.get(name);
     if (off === undefined || !t) throw new K3Error("CHECKPOINT", `tensor ${name} is not part of ${describePiece(this.layout, core, this.N)}`);
-    return { ptr: at(coreBase, off), dtype: t.dtype, shape: t.shape, bytes: t.bytes };
+    return { name, ptr: at(coreBase, off), dtype: t.dtype, shape: t.shape, bytes: t.bytes };
   }
 
   private ref(L: number, coreBase: number, peeked = false): LayerRef {

@@ -415,26 +415,41 @@ export class Model {
   }
 
   /**
-   * Y = W·X for a trunk matrix, whatever its format (bf16, or a packed int8/int4 trunk) and however
-   * the provider holds it (whole, or row slices streamed in turn: src/memory/pieces.ts). Every row
-   * is computed alone in the kernels' fixed order, so slices give the same bits as the whole; a
-   * slice of a multi-token batch runs token by token (its rows are strided in Y).
+   * Y[T][rows] = W·X[T][cols] for a trunk matrix, whatever its format (bf16, or a packed int8/int4
+   * trunk) and however the provider holds it (whole, or row slices streamed in turn:
+   * src/memory/pieces.ts). Every row is computed alone in the kernels' fixed order, so slices give
+   * the same bits as the whole: a slice [r0, r1) is one call for all T tokens, writing its columns
+   * of Y (ldy = rows). The shape the pass multiplies by must be the tensor's.
    */
   private mm(W: TensorRef, X: Addr, Y: Addr, rows: number, cols: number, T: number): void {
-    if (!W.rowSlices) return this.mmRows(W.dtype, W.ptr, W.scales, X, Y, rows, cols, T);
+    if (W.shape.length !== 2 || W.shape[0] !== rows || W.shape[1] !== cols)
+      throw new K3Error("INTERNAL", `${W.name} is [${W.shape.join(", ")}], the forward pass multiplies it as [${rows}, ${cols}]`);
+    if (!W.rowSlices) return this.mmRows(W, W.ptr, W.scales, X, Y, rows, rows, T);
     W.rowSlices.forEach((_, i) => {
       const s = W.slice!(i);
-      const n = s.r1 - s.r0;
-      if (T === 1) this.mmRows(W.dtype, s.ptr, s.scales, X, at(Y, s.r0 * F), n, cols, 1);
-      else for (let t = 0; t < T; t++) this.mmRows(W.dtype, s.ptr, s.scales, at(X, t * cols * F), at(Y, (t * rows + s.r0) * F), n, cols, 1);
+      this.mmRows(W, s.ptr, s.scales, X, at(Y, s.r0 * F), rows, s.r1 - s.r0, T);
     });
   }
 
-  private mmRows(dtype: TensorRef["dtype"], W: Addr, S: Addr | undefined, X: Addr, Y: Addr, rows: number, cols: number, T: number): void {
-    if (dtype === "BF16") this.k.k3_matmul_bf16(W, X, Y, rows, cols, T);
-    else if (dtype === "Q8") this.k.k3_matmul_q8(W, S!, X, Y, rows, cols, T);
-    else if (dtype === "Q4") this.k.k3_matmul_q4(W, S!, X, Y, rows, cols, T);
-    else throw new K3Error("INTERNAL", `no matmul for ${dtype} weights`);
+  /** `n` rows of W (all, or one slice) for T tokens: Y row t at Y + t·ldy. */
+  private mmRows(W: TensorRef, ptr: Addr, S: Addr | undefined, X: Addr, Y: Addr, ldy: number, n: number, T: number): void {
+    const k = this.k;
+    const cols = W.shape[1]!;
+    let status: number;
+    if (W.dtype === "BF16") status = k.k3_matmul_bf16(ptr, X, cols, Y, ldy, n, cols, T);
+    else if (W.dtype === "Q8") status = k.k3_matmul_q8(ptr, S!, X, cols, Y, ldy, n, cols, T);
+    else if (W.dtype === "Q4") status = k.k3_matmul_q4(ptr, S!, X, cols, Y, ldy, n, cols, T);
+    else throw new K3Error("INTERNAL", `${W.name}: no matmul for ${W.dtype} weights`);
+    this.matmulStatus(status, `${W.name} (${W.dtype} [${W.shape.join(", ")}]${n < W.shape[0]! ? `, a slice of ${n} rows` : ""})`, T);
+  }
+
+  /** A matmul's status: a refusal names the matrix and its shape (a format or size the kernels
+   *  do not handle: every K3 matrix is one they do, so the file holds something else). */
+  private matmulStatus(status: number, what: string, T: number): void {
+    if (status === K3_STATUS.ok) return;
+    throw new K3Error("CHECKPOINT", `${what}: the matmul kernel refused it for ${T} token${T === 1 ? "" : "s"} (status ${status})`, [
+      "its columns must be a multiple of 32 for MXFP4 and int8/int4 weights (kernels/k3.h); check the checkpoint or re-pack the trunk",
+    ]);
   }
 
   /**
@@ -657,10 +672,11 @@ export class Model {
           const tok = Math.floor(slots[i]! / K);
           k.k3_mem_copy(at(b.xe.ptr, i * lat * F), at(b.z.ptr, tok * lat * F), lat * F);
         }
-        k.k3_matmul_mxfp4(ref.w1p, ref.w1s, b.xe.ptr, b.ge.ptr, c.moeInter, lat, ne);
-        k.k3_matmul_mxfp4(ref.w3p, ref.w3s, b.xe.ptr, b.ue.ptr, c.moeInter, lat, ne);
+        const ex = (w: string, rows: number, cols: number) => `layer ${L} expert ${expert} ${w} (MXFP4 [${rows}, ${cols}])`;
+        this.matmulStatus(k.k3_matmul_mxfp4(ref.w1p, ref.w1s, b.xe.ptr, lat, b.ge.ptr, c.moeInter, c.moeInter, lat, ne), ex("w1", c.moeInter, lat), ne);
+        this.matmulStatus(k.k3_matmul_mxfp4(ref.w3p, ref.w3s, b.xe.ptr, lat, b.ue.ptr, c.moeInter, c.moeInter, lat, ne), ex("w3", c.moeInter, lat), ne);
         k.k3_situ_glu(b.ge.ptr, b.ue.ptr, b.ge.ptr, ne * c.moeInter, c.situBeta, c.situLinearBeta);
-        k.k3_matmul_mxfp4(ref.w2p, ref.w2s, b.ge.ptr, b.ye.ptr, lat, c.moeInter, ne);
+        this.matmulStatus(k.k3_matmul_mxfp4(ref.w2p, ref.w2s, b.ge.ptr, c.moeInter, b.ye.ptr, lat, lat, c.moeInter, ne), ex("w2", lat, c.moeInter), ne);
         for (let i = 0; i < ne; i++) k.k3_mem_copy(at(b.yall.ptr, slots[i]! * lat * F), at(b.ye.ptr, i * lat * F), lat * F);
       }
     } finally {

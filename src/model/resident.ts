@@ -42,7 +42,7 @@ export class ResidentWeights implements WeightProvider {
         this.counters.reads++;
         if (name.includes(".experts.")) this.counters.expertBytesRead += te.bytes;
         else this.counters.trunkBytesRead += te.bytes;
-        this.refs.set(name, { ptr: buf.ptr, dtype: te.dtype, shape: te.shape, bytes: te.bytes });
+        this.refs.set(name, { name, ptr: buf.ptr, dtype: te.dtype, shape: te.shape, bytes: te.bytes });
       }
     } catch (err) {
       this.mem.free();

@@ -19,6 +19,8 @@ export interface MatrixSlice {
 
 /** A tensor in C memory: raw address, dtype and shape as in the checkpoint (or the pack file). */
 export interface TensorRef {
+  /** Full tensor name (errors name it). */
+  name: string;
   ptr: Addr;
   dtype: WeightDType;
   shape: number[];
