@@ -387,6 +387,34 @@ describe("seeded sampling with speculation: the ids of plain sampling (the sampl
     }
   });
 
+  test("the cost model stays with its conversation: kept across its turns, dropped by reset() and by another conversation's prefix", () => {
+    const engine = Engine.open(dir, { resident: true, threads: 1, speculate: 4, prefixCache: { ramBytes: 1 << 26 } });
+    try {
+      const s = engine.createSession();
+      generate(engine, s, PROMPT, { maxTokens: 4, drafter: new Oracle(ref, vocab, 1) });
+      const cost = s.speculationCost;
+      expect(cost).toBeDefined();
+      expect(engine.reusePrefix(s, [...s.tokens, 5])).toBe(s.tokens.length); // its next turn
+      expect(s.speculationCost).toBe(cost);
+      const held = s.state.history.slice();
+      expect(engine.reusePrefix(s, [99, 98, 97])).toBe(0); // another conversation: s starts over
+      expect(s.speculationCost).toBeUndefined();
+      // A session given another conversation's cached prefix (s's, stored as it started over).
+      const t = engine.createSession();
+      generate(engine, t, [3, 4, 5], { maxTokens: 3, drafter: { name: "ones", draft: ({ max }) => ({ tokens: new Array(max).fill(1) }) } });
+      expect(t.speculationCost).toBeDefined();
+      t.reset();
+      expect(t.speculationCost).toBeUndefined();
+      t.speculationCost = cost;
+      expect(engine.reusePrefix(t, [...held, 5])).toBe(held.length);
+      expect(t.speculationCost).toBeUndefined();
+      s.close();
+      t.close();
+    } finally {
+      engine.close();
+    }
+  });
+
   test("any pure sampler speculates (not only createSampler's), with the same ids as without", () => {
     const own = { sample: (l: Float32Array, pos: number) => sampler.sample(l, pos) };
     const r = run(dir, { resident: true, threads: 1, speculate: 4 }, { sampler: own, drafter: new Oracle(sref, vocab) });
