@@ -151,11 +151,12 @@ export function runArm(spec: ArmSpec): ArmResult {
     const stepMs: number[] = [];
     let afterPrefill: WeightStats | undefined;
     let cpu0: NodeJS.ResourceUsage | undefined;
-    // Speculation arms decode with the engine's own greedy rule (the capturing sampler has no
-    // distribution, so it would turn speculation off); their ids are compared, not last logits.
+    // Speculation arms decode with the engine's own greedy rule; their ids are compared, not last
+    // logits. The others capture the last logits, so they decode plainly (a verify pass would hand
+    // the sampler its rows too).
     const it = spec.speculate
       ? engine.generate(session, spec.prompt, { maxTokens: spec.maxTokens, drafter: makeDrafter(spec.drafter, engine.config.vocab) })
-      : engine.generate(session, spec.prompt, { maxTokens: spec.maxTokens, sampler });
+      : engine.generate(session, spec.prompt, { maxTokens: spec.maxTokens, sampler, speculate: "off" });
     let r = it.next();
     for (; !r.done; r = it.next()) {
       if (r.value.index === 0) (afterPrefill = engine.stats()), (cpu0 = process.resourceUsage());

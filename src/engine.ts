@@ -11,6 +11,7 @@ import { K3Error } from "./errors.ts";
 import { ISA, loadKernels, type Kernels } from "./kernels.ts";
 import { checkKernelLimits, Model } from "./model/forward.ts";
 import type { Drafter } from "./speculate/drafter.ts";
+import type { Sampler } from "./text/sampling.ts";
 import type { SpeculateSetting, SpeculationCounters } from "./speculate/speculator.ts";
 import { ResidentWeights } from "./model/resident.ts";
 import type { MemoryPlan } from "./memory/plan.ts";
@@ -41,7 +42,7 @@ export { TRUNK_FORMATS, type PackResult, type TrunkFormat } from "./memory/pack.
 export { Tokenizer } from "./text/tokenizer.ts";
 export { CLOSE_THINK_OPEN_RESPONSE, renderChat, segmentsToIds, SERVED_DEFAULT_THINKING_EFFORT, VALID_THINKING_EFFORTS, type ChatInput, type ChatMessage, type Segment } from "./text/chat.ts";
 export { AssistantStreamParser, parseAssistantOutput, type AssistantOutput, type ParsedToolCall } from "./text/chat-parse.ts";
-export { createSampler, type SamplerOptions } from "./text/sampling.ts";
+export { createSampler, uniformAt, type Sampler, type SamplerOptions } from "./text/sampling.ts";
 export { parseSpeculate, type SpeculateSetting, type SpeculationCounters } from "./speculate/speculator.ts";
 export type { Draft, Drafter, DraftRequest } from "./speculate/drafter.ts";
 export { StopMatcher } from "./text/stop.ts";
@@ -103,7 +104,7 @@ export interface EngineOptions {
    * Speculative decoding (docs/SPECULATION.md): "auto" (default: the cost model decides each
    * step, up to 8 drafts per pass or chunk − 1), "off", or N (verify up to N drafts whenever the
    * drafter has them). Sizes the verify pass's buffers; requests may ask for less, never more.
-   * Output is identical either way (greedy: the same ids; sampling: the same distribution).
+   * Output is identical either way: greedy and seeded ids alike (drafts are kept by exact match).
    */
   speculate?: SpeculateSetting;
   /** Sessions that advance together in one pass (batched generation, `k3 serve`): the plan holds
@@ -127,15 +128,12 @@ export interface TokenEvent {
   ms: number;
 }
 
-export interface Sampler {
-  sample(logits: Float32Array): number;
-  /** What `sample` draws from (createSampler provides it): needed to speculate while sampling. */
-  readonly distribution?: { weights(logits: Float32Array): Float64Array; uniform(): number };
-}
 
 export interface GenerateOptions {
   maxTokens: number;
-  /** Default: greedy (argmax, lowest id on ties). */
+  /** Default: greedy (argmax, lowest id on ties). `sample(logits, position)` must be a pure
+   *  function of its arguments (createSampler's is: docs/CHAT.md, the sampling contract); then the
+   *  output is the same with speculation on or off, at every budget and batch. */
   sampler?: Sampler;
   /** Token ids that end generation (not emitted). */
   stopIds?: number[];
@@ -146,10 +144,12 @@ export interface GenerateOptions {
    *  run its event loop during a long prefill (Ctrl-C, disconnects). */
   yieldDuringPrefill?: boolean;
   /** This request's speculation (default: the engine's). "auto" on an engine opened with "off"
-   *  is off; N more than the engine's drafts per pass is refused. A sampler without a
-   *  `distribution` cannot speculate exactly: speculation is then off. */
+   *  is off; N more than the engine's drafts per pass is refused. It changes how many passes the
+   *  tokens take, never a token (greedy or seeded). */
   speculate?: SpeculateSetting;
-  /** Who drafts (default: the prompt-lookup n-gram drafter, src/speculate/ngram.ts). */
+  /** Who drafts (default: the prompt-lookup n-gram drafter, src/speculate/ngram.ts). Its drafts
+   *  are checked as they arrive: an id outside the vocabulary, a non-integer or more than asked
+   *  for is refused (K3Error USAGE) before the session is touched. */
   drafter?: Drafter;
   /**
    * Run every forward pass through the engine's batch scheduler, together with the other batched

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { argmax, createSampler, drawFrom, Xoshiro128ss } from "../src/text/sampling.ts";
+import { argmax, createSampler, uniformAt } from "../src/text/sampling.ts";
 import { StopMatcher } from "../src/text/stop.ts";
 import { K3Error } from "../src/errors.ts";
 
@@ -14,16 +14,17 @@ function randomLogits(n: number, seed: number): Float32Array {
   return out;
 }
 
+/** `count` draws from the same logits at positions 0..count − 1 (one draw per position). */
 function draws(opts: Parameters<typeof createSampler>[0], logits: Float32Array, count: number): number[] {
   const s = createSampler(opts);
-  return Array.from({ length: count }, () => s.sample(logits));
+  return Array.from({ length: count }, (_, pos) => s.sample(logits, pos));
 }
 
 describe("greedy", () => {
   test("ties go to the lowest id", () => {
     expect(argmax(new Float32Array([1, 3, 2, 3, 3]))).toBe(1);
-    expect(createSampler().sample(new Float32Array([0, 5, 5]))).toBe(1);
-    expect(createSampler({ temperature: 0, seed: 9 }).sample(new Float32Array([7, 7]))).toBe(0);
+    expect(createSampler().sample(new Float32Array([0, 5, 5]), 0)).toBe(1);
+    expect(createSampler({ temperature: 0, seed: 9 }).sample(new Float32Array([7, 7]), 3)).toBe(0);
   });
   test("NaN never wins; all -Infinity picks id 0; all NaN throws", () => {
     expect(argmax(new Float32Array([NaN, -1, NaN, 2]))).toBe(3);
@@ -44,25 +45,27 @@ describe("seeded sampling", () => {
     const b = draws({ temperature: 1, seed: 2 }, logits, 200);
     expect(a).not.toEqual(b);
   });
-  test("xoshiro128** matches the reference output for state {1,2,3,4}", () => {
-    const r = new Xoshiro128ss(0);
-    (r as unknown as { s: Uint32Array }).s = new Uint32Array([1, 2, 3, 4]);
-    expect([0, 1, 2, 3, 4].map(() => r.nextU32())).toEqual([11520, 0, 5927040, 70819200, 2031721883]);
+  test("a pure function of (logits, position): any call order, any history, a second sampler, the same id", () => {
+    const s = createSampler({ temperature: 1, topK: 50, seed: 7 });
+    const rows = Array.from({ length: 40 }, (_, i) => randomLogits(1000, 100 + i));
+    const inOrder = rows.map((l, pos) => s.sample(l, pos));
+    // Backwards, each asked three times, and after other positions' draws: nothing carries over.
+    const backwards = rows.map((_, j) => rows.length - 1 - j).map((pos) => [s.sample(rows[pos]!, pos), s.sample(rows[pos]!, pos), s.sample(rows[pos]!, pos)]);
+    backwards.reverse().forEach((three, pos) => expect(three).toEqual([inOrder[pos]!, inOrder[pos]!, inOrder[pos]!]));
+    const twin = createSampler({ temperature: 1, topK: 50, seed: 7 });
+    expect(rows.map((l, pos) => twin.sample(l, pos))).toEqual(inOrder);
   });
-  test("seeds above 2^32 are distinct from their low bits", () => {
-    const a = new Xoshiro128ss(5);
-    const b = new Xoshiro128ss(5 + 2 ** 32);
-    expect(a.nextU32()).not.toBe(b.nextU32());
+  test("the draw of a position is uniformAt(seed, position): the walk over kept ids in ascending order", () => {
+    // Two tokens of equal weight: id 0 wins exactly when u < 0.5.
+    const l = new Float32Array([0, 0]);
+    for (let pos = 0; pos < 200; pos++) expect(createSampler({ temperature: 1, seed: 3 }).sample(l, pos)).toBe(uniformAt(3, pos) < 0.5 ? 0 : 1);
   });
-  test("PRNG floats lie in [0, 1) and look uniform", () => {
-    const r = new Xoshiro128ss(123);
-    let sum = 0;
-    for (let i = 0; i < 10000; i++) {
-      const f = r.nextFloat();
-      expect(f >= 0 && f < 1).toBe(true);
-      sum += f;
-    }
-    expect(Math.abs(sum / 10000 - 0.5)).toBeLessThan(0.02);
+  test("the same position under different seeds differs; different positions of one seed differ", () => {
+    const s1 = createSampler({ temperature: 1, seed: 1 });
+    const s2 = createSampler({ temperature: 1, seed: 2 });
+    const atPos = Array.from({ length: 200 }, (_, pos) => [s1.sample(logits, pos), s2.sample(logits, pos)]);
+    expect(atPos.filter(([a, b]) => a !== b).length).toBeGreaterThan(150);
+    expect(new Set(atPos.map(([a]) => a)).size).toBeGreaterThan(50);
   });
   test("top-k = 1 equals greedy", () => {
     const greedy = argmax(logits);
@@ -170,24 +173,17 @@ describe("StopMatcher", () => {
 describe("tiny temperatures", () => {
   test("a temperature near the smallest double still picks the argmax, never a NaN-weighted id", () => {
     const logits = new Float32Array([1, 5, 3, 2, -1]);
-    for (const t of [1e-300, 1e-310, Number.MIN_VALUE]) expect(createSampler({ temperature: t, seed: 1 }).sample(logits)).toBe(1);
+    for (const t of [1e-300, 1e-310, Number.MIN_VALUE]) expect(createSampler({ temperature: t, seed: 1 }).sample(logits, 0)).toBe(1);
   });
 });
 
-describe("the distribution a sampler exposes (for speculative sampling)", () => {
-  test("sample(l) = drawFrom(weights(l), uniform()) on a twin sampler with the same seed", () => {
-    for (const opts of [{ temperature: 0.7 }, { temperature: 1.2, topK: 50 }, { temperature: 1, topP: 0.8, minP: 0.02 }]) {
-      const a = createSampler({ ...opts, seed: 8 });
-      const b = createSampler({ ...opts, seed: 8 });
-      for (let i = 0; i < 200; i++) {
-        const logits = randomLogits(500, i);
-        expect(drawFrom(b.distribution!.weights(logits), b.distribution!.uniform())).toBe(a.sample(logits));
-      }
-    }
+describe("forced logits", () => {
+  test("+∞ logits: the lowest such id, at every position, without a draw", () => {
+    const s = createSampler({ temperature: 1, seed: 4 });
+    for (let pos = 0; pos < 20; pos++) expect(s.sample(new Float32Array([1, Infinity, 2, Infinity]), pos)).toBe(1);
   });
-  test("greedy has none; forced logits (+∞) give a one-hot distribution", () => {
-    expect(createSampler().distribution).toBeUndefined();
-    const w = createSampler({ temperature: 1 }).distribution!.weights(new Float32Array([1, Infinity, 2, Infinity]));
-    expect([...w]).toEqual([0, 1, 0, 0]);
+  test("a position that is not a non-negative integer is a bug, refused", () => {
+    expect(() => createSampler({ temperature: 1 }).sample(new Float32Array([1, 2]), -1)).toThrow(K3Error);
+    expect(() => createSampler({ temperature: 1 }).sample(new Float32Array([1, 2]), 1.5)).toThrow(K3Error);
   });
 });

@@ -1,13 +1,18 @@
-// The accept/resample rule of speculative sampling (src/speculate/accept.ts) keeps the output
-// distribution exact. Proven statistically on small distributions: with a fixed seed, many
-// generations through the speculative rule are compared with the target's exact probabilities
-// by a chi-square test at a false-alarm rate of ~1e-6 (so a correct rule never fails by chance
-// with these seeds, and bounds follow from the sample size, not from tuning). Each test also runs
-// a subtly wrong rule through the same statistic and requires it to FAIL: the test has power.
+// Which drafts a verify pass keeps (src/speculate/accept.ts): exact match against the token the
+// target picks at each position (greedy's argmax, or the seeded sampler's draw for that position).
+// Proven two ways on a small "target model" (a 4-token Markov chain) with the real sampler:
+//   - identity: for every seed, speculative passes of any draft length with any drafter emit
+//     exactly the tokens plain decoding emits (the sampling contract: seeded output does not
+//     depend on speculation);
+//   - distribution: over many seeds the emitted sequences follow the chain's joint distribution,
+//     by Pearson's chi-square at a false-alarm rate of ~1e-6 (so a correct rule never fails by
+//     chance with these seeds), and a subtly wrong sampler (one draw reused at every position) is
+//     caught by the same statistic: the test has power.
+// And the acceptance rate of a deterministic draft d is p(d), what the accept/resample rule of
+// Leviathan et al. gives a one-hot draft: exact match costs nothing in expectation.
 import { describe, expect, test } from "bun:test";
-import { acceptGeneral, acceptOneHot, verifyDrafts, type TargetRule } from "../src/speculate/accept.ts";
-import type { Draft } from "../src/speculate/drafter.ts";
-import { argmax, createSampler, drawFrom, Xoshiro128ss, type SamplerDistribution } from "../src/text/sampling.ts";
+import { verifyDrafts } from "../src/speculate/accept.ts";
+import { argmax, createSampler, uniformAt, type Sampler } from "../src/text/sampling.ts";
 
 /** Upper 1e-6 quantile of chi-square with df degrees of freedom (Wilson–Hilferty; z = 4.753). */
 function chi2Critical(df: number): number {
@@ -40,22 +45,8 @@ function consistent(counts: number[], probs: number[], n: number): boolean {
   return r.impossible === 0 && r.stat < chi2Critical(r.df);
 }
 
-/** A target distribution over a tiny vocabulary with its own seeded PRNG. */
-function fixedDistribution(rng: Xoshiro128ss, probsOf: (logits: Float32Array) => number[]): SamplerDistribution {
-  let w = new Float64Array(0);
-  return {
-    weights: (logits) => {
-      const p = probsOf(logits);
-      if (w.length !== p.length) w = new Float64Array(p.length);
-      w.set(p);
-      return w;
-    },
-    uniform: () => rng.nextFloat(),
-  };
-}
-
-// A 4-token Markov chain as the "target model": the logits row carries the context's last token
-// in element 0 (rows are built by the simulator below), probabilities are TARGET[last].
+// A 4-token Markov chain as the "target model": the logits of a context are log TARGET[last]
+// (softmax at temperature 1 gives TARGET[last] back).
 const V = 4;
 const TARGET = [
   [0.5, 0.25, 0.15, 0.1],
@@ -63,15 +54,9 @@ const TARGET = [
   [0.3, 0.1, 0.1, 0.5],
   [0.25, 0.25, 0.25, 0.25],
 ];
-// A different chain as the drafter's (for the sampled-draft rule), and a deterministic drafter.
-const DRAFTQ = [
-  [0.2, 0.5, 0.2, 0.1],
-  [0.4, 0.2, 0.3, 0.1],
-  [0.1, 0.1, 0.7, 0.1],
-  [0.7, 0.1, 0.1, 0.1],
-];
-const rowFor = (last: number) => new Float32Array([last]);
-const targetProbs = (logits: Float32Array) => TARGET[logits[0]!]!;
+const rowFor = (last: number) => new Float32Array(TARGET[last]!.map(Math.log));
+/** Position of the start token: the first generated token is at START_POS + 1. */
+const START_POS = 7;
 
 /** Exact joint probabilities of the first L tokens after `start` under the target chain. */
 function jointProbs(start: number, L: number): number[] {
@@ -89,65 +74,41 @@ function jointProbs(start: number, L: number): number[] {
   return out;
 }
 
-type Drafting = "deterministic" | "sampled";
-
-/**
- * Generate the first L tokens after `start` by speculative passes of k drafts, `n` times; count
- * each L-token outcome. `accept` may be replaced by a wrong rule (the power check).
- */
-function simulate(opts: { n: number; L: number; k: number; start: number; drafting: Drafting; seed: number; wrong?: boolean }): number[] {
-  const rng = new Xoshiro128ss(opts.seed);
-  const draftRng = new Xoshiro128ss(opts.seed + 1000);
-  const dist = fixedDistribution(rng, targetProbs);
-  const rule: TargetRule = { kind: "sample", distribution: dist };
-  const counts = new Array(V ** opts.L).fill(0);
-  for (let s = 0; s < opts.n; s++) {
-    const seq: number[] = [opts.start];
-    while (seq.length - 1 < opts.L) {
-      const draft: Draft = { tokens: [] };
-      let last = seq[seq.length - 1]!;
-      for (let i = 0; i < opts.k; i++) {
-        if (opts.drafting === "deterministic") {
-          // A deterministic drafter: always proposes (last + 1) mod V.
-          last = (last + 1) % V;
-          draft.tokens.push(last);
-        } else {
-          const q = Float64Array.from(DRAFTQ[last]!);
-          last = drawFrom(q, draftRng.nextFloat());
-          draft.tokens.push(last);
-          (draft.q ??= []).push(q);
-        }
-      }
-      const ctx = seq[seq.length - 1]!;
-      const rowOf = (i: number) => rowFor(i === 0 ? ctx : draft.tokens[i - 1]!);
-      const verdict = opts.wrong ? wrongVerify(rowOf, draft, dist) : verifyDrafts(rowOf, draft, rule);
-      seq.push(...verdict.tokens);
-    }
-    let code = 0;
-    for (let j = 1; j <= opts.L; j++) code = code * V + seq[j]!;
-    counts[code]++;
-  }
-  return counts;
+/** Plain decoding: L tokens after `start`, one pick per position. */
+function plain(sampler: Sampler, start: number, L: number): number[] {
+  const seq = [start];
+  while (seq.length - 1 < L) seq.push(sampler.sample(rowFor(seq.at(-1)!), START_POS + seq.length));
+  return seq.slice(1);
 }
 
-/** A plausible-looking wrong rule, to show the statistic catches it: on a rejection, draw from
- *  the FULL p (x not removed), which over-weights x. */
-function wrongVerify(row: (i: number) => Float32Array, draft: Draft, dist: SamplerDistribution): { tokens: number[] } {
-  const out: number[] = [];
-  for (let i = 0; i < draft.tokens.length; i++) {
-    const w = dist.weights(row(i));
-    const x = draft.tokens[i]!;
-    let total = 0;
-    for (const v of w) total += v;
-    if (dist.uniform() * total < w[x]!) {
-      out.push(x);
-      continue;
+type Drafting = "next" | "random" | "oracle";
+
+/**
+ * Speculative decoding of L tokens after `start`: passes of k drafts from `drafting` (next: always
+ * (last + 1) mod V; random: any tokens, from their own PRNG; oracle: plain decoding's own tokens,
+ * wrong at offset 1), each verified by exact match. Counts drafts and acceptances in `acc`.
+ */
+function speculative(sampler: Sampler, start: number, L: number, k: number, drafting: Drafting, draftSeed: number, acc = { drafted: 0, accepted: 0 }): number[] {
+  const seq = [start];
+  const truth = drafting === "oracle" ? [start, ...plain(sampler, start, L + k)] : [];
+  let r = draftSeed;
+  while (seq.length - 1 < L) {
+    const tokens: number[] = [];
+    let last = seq.at(-1)!;
+    for (let i = 0; i < k; i++) {
+      if (drafting === "next") last = (last + 1) % V;
+      else if (drafting === "random") last = Math.floor(uniformAt(draftSeed, r++) * V);
+      else last = i === 1 ? (truth[seq.length + i]! + 1) % V : truth[seq.length + i]!;
+      tokens.push(last);
     }
-    out.push(drawFrom(w, dist.uniform()));
-    return { tokens: out };
+    const pos0 = START_POS + seq.length - 1; // the pending token's position
+    const ctx = seq.at(-1)!;
+    const verdict = verifyDrafts((i) => sampler.sample(rowFor(i === 0 ? ctx : tokens[i - 1]!), pos0 + 1 + i), { tokens });
+    acc.drafted += tokens.length;
+    acc.accepted += verdict.accepted;
+    seq.push(...verdict.tokens);
   }
-  out.push(drawFrom(dist.weights(row(draft.tokens.length)), dist.uniform()));
-  return { tokens: out };
+  return seq.slice(1, L + 1);
 }
 
 describe("greedy verification", () => {
@@ -159,9 +120,9 @@ describe("greedy verification", () => {
     r[(t + 1) % 8] = 2; // a tie with a HIGHER id: the lowest id must win
     return r;
   });
-  const greedy: TargetRule = { kind: "greedy", argmax };
+  const greedy = (i: number) => argmax(rows[i]!);
   test("all drafts right: k accepted plus the bonus token", () => {
-    const v = verifyDrafts((i) => rows[i]!, { tokens: [3, 1, 4, 1] }, greedy);
+    const v = verifyDrafts(greedy, { tokens: [3, 1, 4, 1] });
     expect(v).toEqual({ tokens: [3, 1, 4, 1, 5], accepted: 4 });
   });
   test("a rejection at every draft position yields the argmax there and stops", () => {
@@ -169,100 +130,126 @@ describe("greedy verification", () => {
       const d = [3, 1, 4, 1];
       d[at] = 7;
       const asked: number[] = [];
-      const v = verifyDrafts((i) => (asked.push(i), rows[i]!), { tokens: d }, greedy);
+      const v = verifyDrafts((i) => (asked.push(i), greedy(i)), { tokens: d });
       expect(v.accepted).toBe(at);
       expect(v.tokens).toEqual(want.slice(0, at + 1));
       expect(asked).toEqual([...Array(at + 1).keys()]); // rows after the rejection are never read
     }
   });
   test("no drafts: one token, the argmax of row 0", () => {
-    expect(verifyDrafts((i) => rows[i]!, { tokens: [] }, greedy)).toEqual({ tokens: [3], accepted: 0 });
+    expect(verifyDrafts(greedy, { tokens: [] })).toEqual({ tokens: [3], accepted: 0 });
   });
 });
 
-describe("speculative sampling is distribution-exact", () => {
-  const N = 200_000;
-
-  test("one position, deterministic draft: tokens follow p exactly (and a wrong rule is caught)", () => {
-    const p = [0.1, 0.45, 0.3, 0.15];
-    for (const x of [0, 1, 3]) {
-      const rng = new Xoshiro128ss(11 + x);
-      const dist = fixedDistribution(rng, () => p);
-      const counts = [0, 0, 0, 0];
-      const wrongCounts = [0, 0, 0, 0];
-      for (let s = 0; s < N; s++) {
-        const w = dist.weights(new Float32Array(1));
-        const r = acceptOneHot(w, x, dist);
-        counts[r < 0 ? x : r]!++;
-        // Wrong: accept x with probability p(x), else draw from the whole p (x not removed).
-        const w2 = dist.weights(new Float32Array(1));
-        wrongCounts[dist.uniform() < p[x]! ? x : drawFrom(w2, dist.uniform())]!++;
-      }
-      expect(consistent(counts, p, N)).toBe(true);
-      expect(consistent(wrongCounts, p, N)).toBe(false);
+describe("seeded sampling: speculation never changes an id", () => {
+  test("every seed, draft length and drafter: the tokens of plain decoding, position by position", () => {
+    let kept = 0;
+    for (let seed = 0; seed < 300; seed++) {
+      const sampler = createSampler({ temperature: 1, seed });
+      const want = plain(sampler, seed % V, 12);
+      for (const drafting of ["next", "random", "oracle"] as Drafting[])
+        for (const k of [1, 2, 4]) {
+          const acc = { drafted: 0, accepted: 0 };
+          expect(speculative(sampler, seed % V, 12, k, drafting, seed + 99, acc)).toEqual(want);
+          kept += acc.accepted;
+        }
     }
+    expect(kept).toBeGreaterThan(1000); // drafts were kept, not only corrected
   });
 
-  test("one position, sampled draft with its q: tokens follow p exactly", () => {
-    const p = [0.1, 0.45, 0.3, 0.15];
-    const q = Float64Array.from([0.4, 0.1, 0.3, 0.2]);
-    const rng = new Xoshiro128ss(5);
-    const draftRng = new Xoshiro128ss(6);
-    const dist = fixedDistribution(rng, () => p);
-    const counts = [0, 0, 0, 0];
-    const naive = [0, 0, 0, 0];
-    for (let s = 0; s < N; s++) {
-      const x = drawFrom(q, draftRng.nextFloat());
-      const r = acceptGeneral(dist.weights(new Float32Array(1)), q, x, dist);
-      counts[r < 0 ? x : r]!++;
-      // Wrong: accept with min(1, p/q) but on a rejection draw from p without x (the one-hot
-      // residual) instead of max(0, p − q). (Ignoring q altogether — the one-hot rule for any
-      // independently drawn x — would be exact, only less often accepted: q(y)p(y) + p(y)(1 − q(y)) = p(y).)
-      const w2 = dist.weights(new Float32Array(1));
-      if (dist.uniform() * q[x]! < p[x]!) naive[x]!++;
-      else {
-        w2[x] = 0;
-        naive[drawFrom(w2, dist.uniform())]!++;
+  test("with filters (temperature, top-k, top-p, min-p) and a vocabulary of 500: the same", () => {
+    const logitsAt = (ctx: number) => {
+      const l = new Float32Array(500);
+      for (let i = 0; i < 500; i++) l[i] = Math.sin(ctx * 7.1 + i * 0.37) * 3 + (i === ctx % 500 ? 2 : 0);
+      return l;
+    };
+    for (const opts of [{ temperature: 0.7 }, { temperature: 1.2, topK: 20 }, { temperature: 1, topP: 0.8, minP: 0.02 }])
+      for (let seed = 0; seed < 20; seed++) {
+        const s = createSampler({ ...opts, seed });
+        const want: number[] = [s.sample(logitsAt(0), 1)];
+        while (want.length < 16) want.push(s.sample(logitsAt(want.at(-1)!), want.length + 1));
+        // Drafts: the plain tokens themselves, so every pass keeps all 3 and earns the bonus.
+        const got: number[] = [want[0]!];
+        while (got.length < 16) {
+          const drafts = want.slice(got.length, got.length + 3);
+          const v = verifyDrafts((i) => s.sample(logitsAt(i === 0 ? got.at(-1)! : drafts[i - 1]!), got.length + 1 + i), { tokens: drafts });
+          got.push(...v.tokens);
+        }
+        expect(got.slice(0, 16)).toEqual(want);
       }
-    }
-    expect(consistent(counts, p, N)).toBe(true);
-    expect(consistent(naive, p, N)).toBe(false);
   });
+});
 
-  for (const drafting of ["deterministic", "sampled"] as Drafting[]) {
-    test(`three tokens from a Markov chain, ${drafting} drafts of 3: the joint distribution is the chain's`, () => {
-      const n = 60_000;
+describe("seeded sampling across seeds follows the target distribution", () => {
+  const n = 60_000;
+  for (const drafting of ["next", "random"] as Drafting[]) {
+    test(`three tokens from the chain, ${drafting} drafts of 3, one seed per sequence: the chain's joint distribution`, () => {
       for (const start of [0, 2]) {
-        const counts = simulate({ n, L: 3, k: 3, start, drafting, seed: 100 + start });
+        const counts = new Array(V ** 3).fill(0);
+        for (let seed = 0; seed < n; seed++) {
+          const [a, b, c] = speculative(createSampler({ temperature: 1, seed: seed * 4 + start }), start, 3, 3, drafting, seed);
+          counts[(a! * V + b!) * V + c!]++;
+        }
         expect(consistent(counts, jointProbs(start, 3), n)).toBe(true);
       }
     });
   }
 
-  test("the joint test has power: resampling from the full p after a rejection is caught", () => {
-    const n = 60_000;
-    const counts = simulate({ n, L: 3, k: 3, start: 0, drafting: "deterministic", seed: 7, wrong: true });
+  test("the joint test has power: a sampler that reuses one draw at every position is caught", () => {
+    const counts = new Array(V ** 3).fill(0);
+    for (let seed = 0; seed < n; seed++) {
+      const one = createSampler({ temperature: 1, seed });
+      const reused: Sampler = { sample: (l) => one.sample(l, 0) };
+      const [a, b, c] = speculative(reused, 0, 3, 3, "next", seed);
+      counts[(a! * V + b!) * V + c!]++;
+    }
     expect(consistent(counts, jointProbs(0, 3), n)).toBe(false);
   });
 
-  test("with the real sampler (temperature, top-k): emitted tokens follow the filtered distribution", () => {
-    const logits = new Float32Array([0.3, 2.0, 1.1, -0.5, 1.6, 0.9]);
-    const T = 0.8;
-    const topK = 4;
-    // Exact filtered distribution: top-4 logits, softmax at temperature T.
-    const kept = [...logits.keys()].sort((a, b) => logits[b]! - logits[a]! || a - b).slice(0, topK);
-    const w = [...logits].map((l, i) => (kept.includes(i) ? Math.exp((l - 2.0) / T) : 0));
-    const tot = w.reduce((a, b) => a + b, 0);
-    const p = w.map((x) => x / tot);
-    const sampler = createSampler({ temperature: T, topK, seed: 3 });
-    const rule: TargetRule = { kind: "sample", distribution: sampler.distribution! };
-    const counts = new Array(6).fill(0);
-    for (let s = 0; s < N; s++) {
-      // Draft 2 tokens (id 4, then id 0: outside the top-k, p = 0: always rejected); keep the first emitted.
-      const v = verifyDrafts(() => logits, { tokens: [4, 0] }, rule);
-      counts[v.tokens[0]!]++;
+  test("a deterministic draft is kept with probability p(draft), as under the accept/resample rule", () => {
+    // One position, draft x: exact match keeps it when the sampler picks x, i.e. with p(x); the
+    // one-hot accept/resample rule keeps it with min(1, p(x)/1) = p(x) too.
+    const p = TARGET[0]!;
+    for (const x of [0, 1, 3]) {
+      let kept = 0;
+      for (let seed = 0; seed < n; seed++) kept += verifyDrafts((i) => createSampler({ temperature: 1, seed }).sample(rowFor(0), 1 + i), { tokens: [x] }).accepted;
+      expect(consistent([kept, n - kept], [p[x]!, 1 - p[x]!], n)).toBe(true);
     }
-    expect(consistent(counts, p, N)).toBe(true);
-    expect(counts[0] + counts[3]).toBe(0); // filtered out: never emitted
   });
 });
+
+describe("uniformAt: the random number of (seed, position)", () => {
+  test("pinned values (part of the sampling contract: changing them changes every seeded output)", () => {
+    expect([uniformAt(0, 0), uniformAt(0, 1), uniformAt(1, 0), uniformAt(42, 1000)].map((u) => Math.floor(u * 2 ** 32))).toEqual(PINNED);
+  });
+  test("uniform over positions and over seeds; consecutive positions look independent", () => {
+    const N = 64_000;
+    const bins = (f: (i: number) => number) => {
+      const c = new Array(64).fill(0);
+      for (let i = 0; i < N; i++) c[Math.floor(f(i) * 64)]++;
+      return c;
+    };
+    const flat = new Array(64).fill(1 / 64);
+    expect(consistent(bins((i) => uniformAt(5, i)), flat, N)).toBe(true);
+    expect(consistent(bins((i) => uniformAt(i, 9)), flat, N)).toBe(true);
+    expect(consistent(bins((i) => uniformAt(-i, 2 ** 40)), flat, N)).toBe(true);
+    const pairs = new Array(64).fill(0);
+    for (let i = 0; i < N; i++) pairs[Math.floor(uniformAt(3, i) * 8) * 8 + Math.floor(uniformAt(3, i + 1) * 8)]++;
+    expect(consistent(pairs, flat, N)).toBe(true);
+    // The pair statistic has power: a generator whose position i + 1 is position i's draw moved
+    // by a little (a weak mix of the position) is caught.
+    const weak = new Array(64).fill(0);
+    for (let i = 0; i < N; i++) {
+      const u = uniformAt(3, i);
+      weak[Math.floor(u * 8) * 8 + Math.floor(((u + 0.01) % 1) * 8)]++;
+    }
+    expect(consistent(weak, flat, N)).toBe(false);
+  });
+  test("seeds above 2^32 and negative seeds are distinct from their low bits", () => {
+    expect(uniformAt(5, 3)).not.toBe(uniformAt(5 + 2 ** 32, 3));
+    expect(uniformAt(-5, 3)).not.toBe(uniformAt(2 ** 32 - 5, 3));
+    expect(uniformAt(7, 2 ** 33)).not.toBe(uniformAt(7, 0));
+  });
+});
+
+const PINNED = [3793791033, 1853398634, 3220144176, 3624974483];

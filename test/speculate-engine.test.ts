@@ -12,6 +12,7 @@ import { openCheckpoint } from "../src/checkpoint/catalogue.ts";
 import { createSampler, Engine, parseSpeculate, type Drafter, type EngineOptions, type GenerateOptions, type GenerationStats, type Session } from "../src/engine.ts";
 import { K3Error } from "../src/errors.ts";
 import { NgramDrafter } from "../src/speculate/ngram.ts";
+import { SpeculationCost } from "../src/speculate/cost.ts";
 import { floorBytes, planInputFromCensus } from "../src/memory/plan.ts";
 import { streamSlots } from "../src/memory/slots.ts";
 import { loadKernels } from "../src/kernels.ts";
@@ -304,24 +305,165 @@ describe("the verify pass itself (src/model/forward.ts)", () => {
   });
 });
 
-describe("sampling with speculation", () => {
-  test("seeded: reproducible, and the drafts went through the accept rule", () => {
-    // Drafts: the greedy reference at the same offset (right where the sample agrees with greedy).
-    const refDrafts: Drafter = { name: "ref", draft: ({ tokens, max }) => ({ tokens: ref.slice(tokens.length, tokens.length + max) }) };
-    const go = () => run(dir, { resident: true, threads: 1, speculate: 4 }, { sampler: createSampler({ temperature: 0.05, seed: 5 }), drafter: refDrafts });
-    const a = go();
-    const b = go();
-    expect(a.ids).toEqual(b.ids);
-    expect(a.session).toBe(b.session);
-    expect(a.stats.speculation.verifyPasses).toBeGreaterThan(0);
-    expect(a.stats.speculation.acceptedTokens).toBeGreaterThan(0);
+describe("seeded sampling with speculation: the ids of plain sampling (the sampling contract)", () => {
+  // A sampled run's own continuation, as drafts: right where told, so verify passes keep drafts.
+  const sampler = createSampler({ temperature: 0.9, topK: 40, seed: 11 });
+  let sampled: Run;
+  let sref: number[] = [];
+  beforeAll(() => {
+    sampled = run(dir, { resident: true, threads: 1, speculate: "off" }, { sampler });
+    const longer = run(dir, { resident: true, threads: 1, speculate: "off" }, { sampler, maxTokens: GEN + 8 });
+    expect(longer.ids.slice(0, GEN)).toEqual(sampled.ids);
+    sref = [...PROMPT, ...longer.ids];
+    expect(sampled.ids).not.toEqual(plain.ids); // else sampling could not be told from greedy
   });
 
-  test("a sampler without a distribution does not speculate (it could not be exact)", () => {
-    const s = createSampler({ temperature: 0.8, seed: 5 });
-    const opaque = { sample: (l: Float32Array) => s.sample(l) };
-    const r = run(dir, { resident: true, threads: 1, speculate: 4 }, { sampler: opaque, drafter: new Oracle(ref, vocab) });
-    expect(r.stats.speculation.draftedTokens).toBe(0);
+  test("drafts wrong at every offset (and never), 4 and auto, the loose n-gram drafter: same ids and session bytes", () => {
+    const loose = new NgramDrafter({ maxN: 1, minN: 1, minAgree: 1, maxOccurrences: 1, singleMatch: 1 });
+    let kept = 0;
+    for (const speculate of [4, "auto"] as const)
+      for (const drafter of [...[0, 1, 2, undefined].map((w) => new Oracle(sref, vocab, w)), loose]) {
+        const r = run(dir, { resident: true, threads: 1, speculate }, { sampler, drafter });
+        expect(r.ids).toEqual(sampled.ids);
+        expect(r.session).toBe(sampled.session);
+        kept += r.stats.speculation.acceptedTokens;
+      }
+    expect(kept).toBeGreaterThan(20); // verify passes really kept sampled drafts
+  });
+
+  test("every budget (floor, everything) × 1/2 threads: same ids", () => {
+    const ck = openCheckpoint(dir);
+    const floor = floorBytes(planInputFromCensus(ck.config, ck.layout.census, 0, 4096, 2, 32, streamSlots(ck)), 32);
+    for (const ram of [String(floor), "1G"])
+      for (const threads of [1, 2]) {
+        const r = run(dir, { ram, threads, speculate: 4 }, { sampler, drafter: new Oracle(sref, vocab, 2) });
+        expect(r.ids).toEqual(sampled.ids);
+        expect(r.stats.speculation.acceptedTokens).toBeGreaterThan(0);
+      }
+  });
+
+  test("the session's cost model decides only how far to draft: from any state it is in, the same ids", () => {
+    const engine = Engine.open(dir, { resident: true, threads: 1, speculate: "auto" });
+    try {
+      const prior = { trunkBytes: 1e9, expertBytes: 1e9, activeBytes: 1e6, numExperts: 64, topK: 8 };
+      const counts: number[] = [];
+      // Never worth drafting; always worth it; and the state another conversation left behind.
+      for (const cost of [new SpeculationCost(prior, { priorAcceptance: 0.01, margin: 10 }), new SpeculationCost(prior, { priorAcceptance: 0.99, margin: -0.9 }), undefined]) {
+        const s = engine.createSession();
+        if (cost) s.speculationCost = cost;
+        else {
+          // Another conversation's drafts (always wrong) shaped this cost model; it is kept.
+          generate(engine, s, [9, 9, 9], { maxTokens: 6, drafter: { name: "wrong", draft: ({ max }) => ({ tokens: new Array(max).fill(1) }) } });
+          const left = s.speculationCost;
+          s.reset();
+          s.speculationCost = left;
+        }
+        const r = generate(engine, s, PROMPT, { maxTokens: GEN, sampler, drafter: new Oracle(sref, vocab, 3) });
+        expect(r.ids).toEqual(sampled.ids);
+        counts.push(r.stats.speculation.draftedTokens);
+        s.close();
+      }
+      expect(counts[0]).toBe(0); // the first never drafted, the second did: the ids could not tell
+      expect(counts[1]).toBeGreaterThan(0);
+    } finally {
+      engine.close();
+    }
+  });
+
+  test("a generation stopped and continued later (a saved session loaded) draws what one run would: draws follow positions", () => {
+    const engine = Engine.open(dir, { resident: true, threads: 1, speculate: 4 });
+    try {
+      const a = engine.createSession();
+      const first = generate(engine, a, PROMPT, { maxTokens: 6, sampler, drafter: new Oracle(sref, vocab, 2) });
+      const path = join(scratchDir("spec-split"), "half.k3session");
+      engine.saveSession(a, path);
+      a.close();
+      const b = engine.loadSession(path);
+      const rest = generate(engine, b, [], { maxTokens: GEN - 6, sampler, drafter: new Oracle(sref, vocab, 1) });
+      b.close();
+      expect([...first.ids, ...rest.ids]).toEqual(sampled.ids);
+    } finally {
+      engine.close();
+    }
+  });
+
+  test("the cost model stays with its conversation: kept across its turns, dropped by reset() and by another conversation's prefix", () => {
+    const engine = Engine.open(dir, { resident: true, threads: 1, speculate: 4, prefixCache: { ramBytes: 1 << 26 } });
+    try {
+      const s = engine.createSession();
+      generate(engine, s, PROMPT, { maxTokens: 4, drafter: new Oracle(ref, vocab, 1) });
+      const cost = s.speculationCost;
+      expect(cost).toBeDefined();
+      expect(engine.reusePrefix(s, [...s.tokens, 5])).toBe(s.tokens.length); // its next turn
+      expect(s.speculationCost).toBe(cost);
+      const held = s.state.history.slice();
+      expect(engine.reusePrefix(s, [99, 98, 97])).toBe(0); // another conversation: s starts over
+      expect(s.speculationCost).toBeUndefined();
+      // A session given another conversation's cached prefix (s's, stored as it started over).
+      const t = engine.createSession();
+      generate(engine, t, [3, 4, 5], { maxTokens: 3, drafter: { name: "ones", draft: ({ max }) => ({ tokens: new Array(max).fill(1) }) } });
+      expect(t.speculationCost).toBeDefined();
+      t.reset();
+      expect(t.speculationCost).toBeUndefined();
+      t.speculationCost = cost;
+      expect(engine.reusePrefix(t, [...held, 5])).toBe(held.length);
+      expect(t.speculationCost).toBeUndefined();
+      s.close();
+      t.close();
+    } finally {
+      engine.close();
+    }
+  });
+
+  test("any pure sampler speculates (not only createSampler's), with the same ids as without", () => {
+    const own = { sample: (l: Float32Array, pos: number) => sampler.sample(l, pos) };
+    const r = run(dir, { resident: true, threads: 1, speculate: 4 }, { sampler: own, drafter: new Oracle(sref, vocab) });
+    expect(r.ids).toEqual(sampled.ids);
+    expect(r.stats.speculation.acceptedTokens).toBe(r.stats.speculation.draftedTokens);
+    expect(r.stats.speculation.draftedTokens).toBeGreaterThan(0);
+  });
+});
+
+describe("a drafter's answer is checked where it enters the engine", () => {
+  test("an id outside the vocabulary, negative, not an integer, not a number, too many, no list: refused naming it; the next turn is a full recompute", () => {
+    const engine = Engine.open(dir, { resident: true, threads: 1, speculate: 4 });
+    try {
+      const bad: [string, (max: number) => unknown, RegExp][] = [
+        ["id = vocab", () => ({ tokens: [ref[PROMPT.length + 1]!, vocab] }), new RegExp(`token ${vocab} at offset 1 is not a token id of this model \\(0\\.\\.${vocab - 1}\\)`)],
+        ["negative", () => ({ tokens: [-1] }), /token -1 at offset 0/],
+        ["fraction", () => ({ tokens: [1.5] }), /token 1\.5 at offset 0/],
+        ["NaN", () => ({ tokens: [NaN] }), /token NaN at offset 0/],
+        ["string", () => ({ tokens: ["5"] }), /token "5" at offset 0/],
+        ["too many", (max) => ({ tokens: new Array(max + 1).fill(3) }), /5 tokens, more than the 4 asked for/],
+        ["no list", () => ({ ids: [3] }), /expected \{ tokens: number\[\] \}/],
+        ["nothing", () => undefined, /expected \{ tokens: number\[\] \}/],
+      ];
+      for (const [what, answer, message] of bad) {
+        const s = engine.createSession();
+        const drafter = { name: "broken", draft: ({ max }: { max: number }) => answer(max) as { tokens: number[] } };
+        const emitted: number[] = [];
+        let err: unknown;
+        try {
+          for (const ev of engine.generate(s, PROMPT, { maxTokens: GEN, drafter })) emitted.push(ev.id);
+        } catch (e) {
+          err = e;
+        }
+        expect({ what, code: (err as K3Error)?.code }).toEqual({ what, code: "USAGE" });
+        expect((err as Error).message).toMatch(/the drafter "broken" proposed an invalid draft/);
+        expect((err as Error).message).toMatch(message);
+        expect(emitted).toEqual(plain.ids.slice(0, emitted.length));
+        // The session kept what it emitted: the next turn equals feeding everything afresh.
+        const next = generate(engine, s, [7, 8], { maxTokens: 5, speculate: "off" });
+        const fresh = engine.createSession();
+        const full = generate(engine, fresh, [...PROMPT, ...emitted, 7, 8], { maxTokens: 5, speculate: "off" });
+        expect({ what, ids: next.ids }).toEqual({ what, ids: full.ids });
+        expect(sessionBytes(engine, s)).toBe(sessionBytes(engine, fresh));
+        s.close();
+        fresh.close();
+      }
+    } finally {
+      engine.close();
+    }
   });
 });
 

@@ -4,16 +4,15 @@
 import type { ModelConfig } from "../checkpoint/types.ts";
 import type { ByteCensus } from "../checkpoint/census.ts";
 import { K3Error } from "../errors.ts";
-import type { Kernels } from "../kernels.ts";
 import type { MemoryPlan } from "../memory/plan.ts";
 import type { TrunkFormat } from "../memory/pack.ts";
 import { diffStats, zeroStats, type WeightStats } from "../model/weights.ts";
-import { verifyDrafts, type TargetRule } from "../speculate/accept.ts";
+import { verifyDrafts } from "../speculate/accept.ts";
 import { SpeculationCost, type PassCostPrior } from "../speculate/cost.ts";
 import type { Draft } from "../speculate/drafter.ts";
 import { NgramDrafter } from "../speculate/ngram.ts";
 import { parseSpeculate, Speculator, type SpeculateSetting } from "../speculate/speculator.ts";
-import type { GenerateOptions, GenerationStats, Sampler, TokenEvent } from "../engine.ts";
+import type { GenerateOptions, GenerationStats, TokenEvent } from "../engine.ts";
 import { WAIT_EVENT, type Passes } from "./passes.ts";
 import type { Session } from "./session.ts";
 
@@ -150,7 +149,8 @@ export class Generation {
 
   /** The next token: one the last verify pass decided, else the pick from the last logits. */
   private nextToken(): number {
-    if (this.next >= this.decided.length) return this.pick(this.logits, this.opts.sampler, this.generated, this.session.position);
+    // The logits of the last pass predict the token at the session's position (nothing pending).
+    if (this.next >= this.decided.length) return this.pick(this.logits, this.generated, this.session.position);
     if (this.next > 0) {
       // The pending token is an accepted draft: the session takes it (no weights read).
       const s = performance.now();
@@ -179,11 +179,9 @@ export class Generation {
       const ids = [...session.pending.splice(0), ...draft.tokens];
       const rows = yield* p.verifyPass(session, ids, this.batched, this.acc);
       this.traced = pos0;
-      const row = (i: number) => {
-        this.pick(rows[i]!, undefined, this.generated + i, pos0 + i); // every row used is checked finite
-        return rows[i]!;
-      };
-      const verdict = verifyDrafts(row, draft, targetRule(p.k, this.opts.sampler));
+      // Row i follows the pending token (at pos0) and i drafts: it predicts position pos0 + 1 + i,
+      // and the target picks there exactly as plain decoding would (the sampling contract).
+      const verdict = verifyDrafts((i) => this.pick(rows[i]!, this.generated + i, pos0 + 1 + i), draft);
       this.decided = verdict.tokens;
       accepted = verdict.accepted;
     }
@@ -199,27 +197,25 @@ export class Generation {
     this.traced = undefined;
   }
 
-  /**
-   * This request's speculator, or undefined when it does not speculate: off (engine or request),
-   * or a sampler that does not expose its distribution (exact speculative sampling needs it).
-   */
+  /** This request's speculator, or undefined when it does not speculate (off: engine or request). */
   private speculator(): Speculator | undefined {
     const { opts, session } = this;
     const setting = parseSpeculate(opts.speculate ?? this.setup.speculate, "speculate");
     const room = this.p.model.drafts;
     if (typeof setting === "number" && setting > room)
       throw new K3Error("USAGE", `speculate ${setting}: this engine has room for ${room} drafts per pass (opened with --speculate ${this.setup.speculate})`);
-    if (setting === "off" || room === 0 || (opts.sampler && !opts.sampler.distribution)) return undefined;
+    if (setting === "off" || room === 0) return undefined;
     session.speculationCost ??= new SpeculationCost(this.setup.costPrior());
-    return new Speculator(setting, room, opts.drafter ?? new NgramDrafter(), session.speculationCost);
+    return new Speculator(setting, room, opts.drafter ?? new NgramDrafter(), session.speculationCost, this.p.model.cfg.vocab);
   }
 
-  /** The next token from `logits`: checked finite first (never an answer picked around a NaN),
-   *  then the sampler's choice, or greedy (their argmax, lowest id on ties). */
-  private pick(logits: Float32Array, sampler: Sampler | undefined, generated: number, position: number): number {
+  /** The token at absolute `position` from the logits that predict it: checked finite first (never
+   *  an answer picked around a NaN), then the sampler's choice for that position, or greedy (their
+   *  argmax, lowest id on ties). Plain decoding and verify passes both pick here. */
+  private pick(logits: Float32Array, generated: number, position: number): number {
     const greedy = this.p.k.k3_argmax(logits, logits.length);
     if (greedy < 0) throw nonFiniteLogits(logits, generated === 0 ? "after the prompt" : `after generated token ${generated}`, position);
-    return sampler ? sampler.sample(logits) : greedy;
+    return this.opts.sampler ? this.opts.sampler.sample(logits, position) : greedy;
   }
 
   /** The generation's figures: counters over the whole run (batched: its share of each pass),
@@ -277,12 +273,6 @@ export function passCostPrior(cfg: ModelConfig, census: ByteCensus, plan: Memory
     numExperts: cfg.numExperts,
     topK: cfg.topK,
   };
-}
-
-/** How a verify pass decides: greedy is the engine's own argmax (as in plain decoding). */
-function targetRule(k: Kernels, sampler: Sampler | undefined): TargetRule {
-  if (sampler?.distribution) return { kind: "sample", distribution: sampler.distribution };
-  return { kind: "greedy", argmax: (l) => k.k3_argmax(l, l.length) };
 }
 
 /** Trunk and expert bytes read between two snapshots. */

@@ -74,6 +74,7 @@ export class Passes {
       const restored = this.prefix.restoreLongest(session.state, ids, ids.length - 1, own);
       if (restored > 0) {
         session.pending = [];
+        if (own === 0) session.speculationCost = undefined; // another conversation's state now
         return restored;
       }
     }

@@ -27,9 +27,11 @@ export class Session {
   get tokens(): number[] {
     return [...this.state.history, ...this.pending];
   }
+  /** Start over: no tokens, and no speculation history (the next conversation learns its own). */
   reset(): void {
     this.state.reset();
     this.pending = [];
+    this.speculationCost = undefined;
   }
   /** A failed forward pass left the state inconsistent: reset() before using it again. */
   get dirty(): boolean {
@@ -38,7 +40,9 @@ export class Session {
   get closed(): boolean {
     return this.state.freed;
   }
-  /** The session's speculation cost model (pass bytes, acceptance): it persists across turns. */
+  /** The session's speculation cost model (pass bytes, acceptance): it persists across the turns
+   *  of one conversation and is dropped when the session starts another (reset, or a prefix of
+   *  another conversation restored into it). It decides how far to draft, never a token. */
   speculationCost?: SpeculationCost;
   /** C memory this session's state holds (KDA state, conv history, MLA cache). */
   get allocatedBytes(): number {

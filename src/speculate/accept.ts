@@ -1,23 +1,18 @@
-// Which drafted tokens a verify pass keeps (docs/SPECULATION.md §accept).
+// Which drafted tokens a verify pass keeps (docs/SPECULATION.md §4): exact match.
 //
 // A verify pass over [x, d_1 … d_k] gives logits rows 0..k: row i is the target model's
-// prediction after x, d_1 … d_i. Walking the rows in order:
-//   - greedy: keep d_{i+1} while it equals argmax(row i) — the engine's own argmax, so the kept
-//     tokens are exactly what plain greedy decoding would produce; the first mismatch yields the
-//     argmax instead (the correction); if all k are kept, argmax(row k) is a bonus token.
-//   - sampling (Leviathan et al. 2023, Chen et al. 2023): with p = the sampler's filtered
-//     distribution for row i and q the drafter's, keep d with probability min(1, p(d)/q(d));
-//     otherwise draw from max(0, p − q) renormalised and stop. For a deterministic drafter q is
-//     one-hot: keep d with probability p(d), else draw from p with d removed, renormalised.
-//     Every emitted token is then distributed exactly as plain sampling from p would give it
-//     (test/speculate-accept.test.ts checks joint distributions of several tokens). The ids
-//     differ from plain sampling with the same seed: the PRNG is consumed differently.
+// prediction after x, d_1 … d_i, bit for bit the logits plain decoding computes there. Walking the
+// rows in order, `pick(i)` is the token the target picks from row i — greedy's argmax, or the
+// sampler's draw with that position's random number (src/text/sampling.ts: a pure function of the
+// logits and the position) — and d_{i+1} is kept while it equals that token; the first mismatch
+// emits the target's token instead (the correction); if all k are kept, pick(k) is a bonus token.
+// Every emitted token is therefore the token plain decoding emits at its position: greedy and
+// seeded output are identical with speculation on or off, whatever the drafter, the draft length
+// or the cost model chose. For a deterministic draft this keeps d with probability p(d), as the
+// accept/resample rule of Leviathan et al. (2023) does for a one-hot q: nothing is lost in
+// acceptance (docs/SPECULATION.md measures it on the demo model).
 // A pass therefore always yields at least one token (accepted drafts + one from the target).
-import type { SamplerDistribution } from "../text/sampling.ts";
-import { drawFrom } from "../text/sampling.ts";
 import type { Draft } from "./drafter.ts";
-
-export type TargetRule = { kind: "greedy"; argmax: (logits: Float32Array) => number } | { kind: "sample"; distribution: SamplerDistribution };
 
 export interface Verdict {
   /** Decided tokens in order: the accepted drafts, then one token from the target (correction or bonus). */
@@ -27,70 +22,17 @@ export interface Verdict {
 }
 
 /**
- * Decide the tokens of one verify pass. `row(i)` returns the logits after the first i drafts
- * (i = 0..k); it is called in increasing i, at most once each, and only as far as needed.
+ * Decide the tokens of one verify pass. `pick(i)` returns the target's token from the logits after
+ * the first i drafts (i = 0..k); it is called in increasing i, at most once each, and only as far
+ * as needed — so exactly once per emitted token, as plain decoding would call its sampler.
  */
-export function verifyDrafts(row: (i: number) => Float32Array, draft: Draft, rule: TargetRule): Verdict {
+export function verifyDrafts(pick: (i: number) => number, draft: Draft): Verdict {
   const d = draft.tokens;
-  const k = d.length;
   const out: number[] = [];
-  for (let i = 0; i < k; i++) {
-    const logits = row(i);
-    if (rule.kind === "greedy") {
-      const t = rule.argmax(logits);
-      out.push(t);
-      if (t !== d[i]) return { tokens: out, accepted: i };
-      continue;
-    }
-    const w = rule.distribution.weights(logits);
-    const q = draft.q?.[i];
-    const kept = q ? acceptGeneral(w, q, d[i]!, rule.distribution) : acceptOneHot(w, d[i]!, rule.distribution);
-    if (kept < 0) {
-      out.push(d[i]!);
-      continue;
-    }
-    out.push(kept);
-    return { tokens: out, accepted: i };
+  for (let i = 0; i <= d.length; i++) {
+    const t = pick(i);
+    out.push(t);
+    if (i === d.length || t !== d[i]) return { tokens: out, accepted: i };
   }
-  const last = row(k);
-  out.push(rule.kind === "greedy" ? rule.argmax(last) : drawFrom(rule.distribution.weights(last), rule.distribution.uniform()));
-  return { tokens: out, accepted: k };
-}
-
-/**
- * Deterministic draft x (q one-hot): keep x with probability p(x) = w[x] / Σw → returns −1;
- * else returns a draw from w with x removed (p without x, renormalised). Modifies w.
- */
-export function acceptOneHot(w: Float64Array, x: number, dist: SamplerDistribution): number {
-  const wx = w[x] ?? 0;
-  let total = 0;
-  for (let i = 0; i < w.length; i++) total += w[i]!;
-  // wx === total: x is the only possible token (u·total may round up to total when u ≈ 1).
-  if (dist.uniform() * total < wx || wx === total) return -1;
-  w[x] = 0;
-  return drawFrom(w, dist.uniform());
-}
-
-/**
- * Sampled draft x with drafter distribution q (normalised): keep x with probability
- * min(1, p(x)/q(x)) → −1; else a draw from max(0, p − q) renormalised. Modifies w.
- */
-export function acceptGeneral(w: Float64Array, q: Float64Array, x: number, dist: SamplerDistribution): number {
-  let total = 0;
-  for (let i = 0; i < w.length; i++) total += w[i]!;
-  const px = (w[x] ?? 0) / total;
-  const qx = q[x] ?? 0;
-  if (qx <= 0 || dist.uniform() * qx < px) return -1; // q(x) = 0 cannot be drafted by a sampler; keep it exact anyway: p/q = ∞
-  let rest = 0;
-  for (let i = 0; i < w.length; i++) {
-    const r = w[i]! / total - (q[i] ?? 0);
-    w[i] = r > 0 ? r : 0;
-    rest += w[i]!;
-  }
-  // p ≤ q everywhere only when p = q up to rounding: then p(x)/q(x) ≈ 1 and a rejection is a
-  // rounding artefact of probability ~1e-16; draw from q (= p up to rounding).
-  if (rest === 0) {
-    for (let i = 0; i < w.length; i++) w[i] = (q[i] ?? 0);
-  }
-  return drawFrom(w, dist.uniform());
+  throw new Error("unreachable: the loop returns at i = k");
 }

@@ -1,12 +1,13 @@
 // Drafters propose tokens that one verify pass checks (docs/SPECULATION.md). A draft never
 // changes what is generated, only how many tokens one pass over the weights yields: the target
-// model decides every token (greedy: the draft is kept while it equals the argmax; sampling: the
-// accept/resample rule of accept.ts keeps the output distribution exact).
+// model decides every token (accept.ts: a draft is kept while it equals the token the target picks
+// at its position, greedy or seeded).
 //
 // The interface is deliberately small so that a model drafter (EAGLE-style: a small head fed by
-// the target's hidden states) can be added later without touching the engine's loop: such a
-// drafter returns its own distribution for each drafted token in `q`, and `observe` tells it
-// which drafts survived. Drafters in this folder read no weights.
+// the target's hidden states) can be added later without touching the engine's loop: it proposes
+// its best guesses, and `observe` tells it which drafts survived. A draft is checked where it
+// enters the engine (Speculator.propose): token ids of this vocabulary, at most `max` of them; an
+// invalid one is refused before the session is touched. Drafters in this folder read no weights.
 
 export interface DraftRequest {
   /** Every token of the sequence so far, oldest first: the session's history, then the token
@@ -17,15 +18,9 @@ export interface DraftRequest {
 }
 
 export interface Draft {
-  /** Proposed continuation, at most `max` tokens; empty = nothing worth verifying. */
+  /** Proposed continuation: at most `max` token ids of the model's vocabulary (integers in
+   *  0..vocab − 1); empty = nothing worth verifying. */
   tokens: number[];
-  /**
-   * The drafter's distribution q for each proposed token (probabilities over the vocabulary,
-   * summing to 1), for drafters that sample. Absent for deterministic drafters: q is then
-   * one-hot on the proposed token, and the accept rule reduces to "accept x with probability
-   * p(x)" (accept.ts).
-   */
-  q?: Float64Array[];
 }
 
 export interface Drafter {

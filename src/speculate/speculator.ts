@@ -32,13 +32,16 @@ export class Speculator {
   /**
    * @param setting   the request's setting (already checked against the engine's room)
    * @param maxDrafts drafts per pass the engine has room for
-   * @param cost      the session's cost model (its acceptance and pass bytes persist across turns)
+   * @param cost      the session's cost model (its acceptance and pass bytes persist across the
+   *                  turns of one conversation; it decides only how far to draft, never an id)
+   * @param vocab     the model's vocabulary size (a draft's ids must be below it)
    */
   constructor(
     private readonly setting: Exclude<SpeculateSetting, "off">,
     private readonly maxDrafts: number,
     private readonly drafter: Drafter,
     private readonly cost: SpeculationCost,
+    private readonly vocab: number,
   ) {}
 
   /**
@@ -49,10 +52,10 @@ export class Speculator {
   propose(tokens: readonly number[], room: number): Draft {
     const cap = Math.min(room, this.setting === "auto" ? this.maxDrafts : Math.min(this.setting, this.maxDrafts));
     if (cap < 1) return { tokens: [] };
-    const draft = this.drafter.draft({ tokens, max: cap });
-    const n = Math.min(draft.tokens.length, cap);
+    const draft = checkDraft(this.drafter.draft({ tokens, max: cap }), cap, this.vocab, this.drafter.name);
+    const n = draft.tokens.length;
     const k = this.setting === "auto" ? this.cost.draftLength(n) : n;
-    return { tokens: draft.tokens.slice(0, k), ...(draft.q ? { q: draft.q.slice(0, k) } : {}) };
+    return { tokens: draft.tokens.slice(0, k) };
   }
 
   /** A decode pass over `positions` positions read these bytes; `drafted` of them were drafts, `accepted` kept. */
@@ -68,3 +71,24 @@ export class Speculator {
     this.cost.acceptance.step();
   }
 }
+
+/**
+ * A drafter's answer, checked where it enters the engine: a list of at most `max` token ids of
+ * this vocabulary. Anything else is refused (K3Error USAGE naming the drafter and the first
+ * problem) before the verify pass, so the session keeps its pending token and state: the next
+ * turn is what a full recompute gives.
+ */
+export function checkDraft(draft: unknown, max: number, vocab: number, name: string): Draft {
+  const bad = (why: string): never => {
+    throw new K3Error("USAGE", `the drafter "${name}" proposed an invalid draft: ${why}`, ["a draft is { tokens: [...] }: at most `max` integer token ids in 0..vocab − 1 (src/speculate/drafter.ts)"]);
+  };
+  const tokens = (draft as { tokens?: unknown } | null | undefined)?.tokens;
+  if (!Array.isArray(tokens)) return bad(`expected { tokens: number[] }, got ${describe(draft)}`);
+  if (tokens.length > max) bad(`${tokens.length} tokens, more than the ${max} asked for`);
+  tokens.forEach((t, i) => {
+    if (!Number.isSafeInteger(t) || (t as number) < 0 || (t as number) >= vocab) bad(`token ${describe(t)} at offset ${i} is not a token id of this model (0..${vocab - 1})`);
+  });
+  return { tokens: tokens as number[] };
+}
+
+const describe = (x: unknown): string => (typeof x === "number" ? String(x) : (JSON.stringify(x) ?? String(x)).slice(0, 60));

@@ -1,7 +1,13 @@
-// Token sampling: greedy, or temperature → top-k → top-p → min-p with a seeded PRNG.
+// Token sampling: greedy, or temperature → top-k → top-p → min-p with a seeded draw per position.
 //
-// Contract: for the same logits and the same options (seed included) the same ids come out, on any
-// machine — no Math.random, float64 softmax, every ordering broken by id.
+// Contract (docs/CHAT.md "The sampling contract"): `sample(logits, position)` is a pure function —
+// the same logits, options (seed included) and position give the same id, on any machine, however
+// often and in whatever order it is called (no Math.random, no state carried between calls,
+// float64 softmax, every ordering broken by id). `position` is the absolute position of the token
+// being picked in its session: the number of tokens before it (history, pending and the prompt).
+// The random number of that position is uniformAt(seed, position). Speculative decoding relies on
+// it (src/speculate/accept.ts): a draft is kept exactly when it equals what the sampler picks at
+// its position, so seeded output is the non-speculative output at every budget, batch and drafter.
 //   - temperature 0 or absent: greedy argmax, lowest id on ties. This is `run`'s default and the
 //     engine's correctness contract (identical output at every memory budget / thread count).
 //   - otherwise, in this order (see docs/CHAT.md):
@@ -9,8 +15,8 @@
 //       2. top-k: keep the k largest z, ties to the lower id (k = 0 or ≥ vocab: off)
 //       3. top-p: keep the shortest prefix, in (w desc, id asc) order, whose mass ≥ topP × kept mass
 //       4. min-p: keep w_i ≥ minP × max w (= minP, since the max has w = 1 and is never dropped)
-//       5. draw u ∈ [0,1) × kept mass; walk kept ids in ascending id order; first id whose
-//          running sum exceeds u wins.
+//       5. draw u = uniformAt(seed, position) × kept mass; walk kept ids in ascending id order;
+//          the first id whose running sum exceeds u wins.
 //   NaN logits never win; -Infinity logits have zero weight; if some logits are +Infinity the
 //   lowest such id is returned.
 
@@ -21,23 +27,17 @@ export interface SamplerOptions {
   topK?: number;
   topP?: number;
   minP?: number;
-  /** Any integer; absent means seed 0 (reproducible by default, never time-based). */
+  /** Any safe integer; absent means seed 0 (reproducible by default, never time-based). */
   seed?: number;
 }
 
 export interface Sampler {
-  sample(logits: Float32Array): number;
   /**
-   * What `sample` draws from, for exact speculative sampling (src/speculate/accept.ts); absent
-   * for greedy. `weights` returns the unnormalised filtered weights (0 = never drawn; a view
-   * reused by the next call) and `uniform` the next draw of the same seeded PRNG in [0, 1).
+   * The token at absolute `position` of the session (the number of tokens before it) from the
+   * logits that predict it. Must be a pure function of (logits, position): the engine may call it
+   * on a verify pass's rows (speculation) and relies on the same answer as plain decoding.
    */
-  readonly distribution?: SamplerDistribution;
-}
-
-export interface SamplerDistribution {
-  weights(logits: Float32Array): Float64Array;
-  uniform(): number;
+  sample(logits: Float32Array, position: number): number;
 }
 
 export function createSampler(opts: SamplerOptions = {}): Sampler {
@@ -53,33 +53,45 @@ export function createSampler(opts: SamplerOptions = {}): Sampler {
   if (opts.seed !== undefined && !Number.isSafeInteger(opts.seed)) problems.push(`seed must be an integer (got ${opts.seed})`);
   if (problems.length) throw new K3Error("USAGE", "invalid sampling options", problems);
 
-  if (temperature === 0) return { sample: argmax };
-  const rng = new Xoshiro128ss(opts.seed ?? 0);
-  // Per-sampler buffers (vocab-sized, float64), reused every token: no allocation per token.
+  if (temperature === 0) return { sample: (logits) => argmax(logits) };
+  const seed = opts.seed ?? 0;
+  // Per-sampler buffers (vocab-sized, float64), reused every token: no allocation per token. The
+  // draw depends on nothing they keep: each call fills them anew.
   const buf = { w: new Float64Array(0), scratch: new Float64Array(0) };
-  /** Fill buf.w; returns the id to emit without a draw when the logits force one (±∞ max), else −1. */
-  const fill = (logits: Float32Array): number => {
-    if (buf.w.length !== logits.length) buf.w = new Float64Array(logits.length);
-    if ((topK > 0 || topP < 1) && buf.scratch.length !== logits.length) buf.scratch = new Float64Array(logits.length);
-    return filteredWeights(logits, temperature, topK, topP, minP, buf.w, buf.scratch);
-  };
   return {
-    sample: (logits) => {
-      const forced = fill(logits);
-      return forced >= 0 ? forced : drawFrom(buf.w, rng.nextFloat());
-    },
-    distribution: {
-      weights: (logits) => {
-        const forced = fill(logits);
-        if (forced >= 0) {
-          buf.w.fill(0);
-          buf.w[forced] = 1;
-        }
-        return buf.w;
-      },
-      uniform: () => rng.nextFloat(),
+    sample: (logits, position) => {
+      if (buf.w.length !== logits.length) buf.w = new Float64Array(logits.length);
+      if ((topK > 0 || topP < 1) && buf.scratch.length !== logits.length) buf.scratch = new Float64Array(logits.length);
+      const forced = filteredWeights(logits, temperature, topK, topP, minP, buf.w, buf.scratch);
+      return forced >= 0 ? forced : drawFrom(buf.w, uniformAt(seed, position));
     },
   };
+}
+
+/**
+ * The random number of `position` under `seed`, in [0, 1) with 53 random bits: output number
+ * position + 1 of SplitMix64 (Steele, Lea & Flood 2014) started from mix64(seed), i.e.
+ *   u = (mix64(mix64(seed mod 2^64) + (position + 1) · 0x9e3779b97f4a7c15 mod 2^64) >> 11) / 2^53
+ * with mix64 SplitMix64's finaliser (a bijection on 64-bit words). A seed's draws are one
+ * SplitMix64 stream read by position, so different positions of a seed are as independent as that
+ * generator's outputs (it passes BigCrush), whatever order they are asked in.
+ * Part of the sampling contract (docs/CHAT.md): changing it changes every seeded output.
+ */
+export function uniformAt(seed: number, position: number): number {
+  if (!Number.isSafeInteger(position) || position < 0) throw new K3Error("INTERNAL", `sampling position must be an integer ≥ 0, got ${position}`);
+  const start = mix64(BigInt.asUintN(64, BigInt(seed)));
+  return Number(mix64(BigInt.asUintN(64, start + BigInt(position + 1) * GOLDEN64)) >> 11n) / 2 ** 53;
+}
+
+const GOLDEN64 = 0x9e3779b97f4a7c15n;
+const MASK64 = (1n << 64n) - 1n;
+
+/** SplitMix64's finaliser (mod 2^64). */
+function mix64(x: bigint): bigint {
+  let z = x;
+  z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & MASK64;
+  z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & MASK64;
+  return z ^ (z >> 31n);
 }
 
 /** Greedy: index of the largest logit, lowest id on ties; NaN never wins. */
@@ -187,47 +199,4 @@ function keepTopP(w: Float64Array, p: number, scratch: Float64Array) {
     if (wi === cut && tiesLeft > 0) tiesLeft--;
     else w[i] = 0;
   }
-}
-
-/** xoshiro128** (Blackman & Vigna), seeded through splitmix32 so nearby seeds give unrelated
- *  streams. State lives in the sampler object, never in module scope. */
-export class Xoshiro128ss {
-  private s = new Uint32Array(4);
-
-  constructor(seed: number) {
-    // Mix both 32-bit halves of a safe integer so seeds above 2^32 are distinct.
-    let x = (seed >>> 0) ^ Math.imul(Math.floor(seed / 4294967296) >>> 0, 0x9e3779b1);
-    for (let i = 0; i < 4; i++) {
-      x = (x + 0x9e3779b9) >>> 0;
-      let z = x;
-      z = Math.imul(z ^ (z >>> 16), 0x85ebca6b) >>> 0;
-      z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35) >>> 0;
-      this.s[i] = (z ^ (z >>> 16)) >>> 0;
-    }
-    if ((this.s[0]! | this.s[1]! | this.s[2]! | this.s[3]!) === 0) this.s[0] = 1; // all-zero state is a fixed point
-  }
-
-  nextU32(): number {
-    const s = this.s;
-    const result = Math.imul(rotl(Math.imul(s[1]!, 5) >>> 0, 7), 9) >>> 0;
-    const t = (s[1]! << 9) >>> 0;
-    s[2] ^= s[0]!;
-    s[3] ^= s[1]!;
-    s[1] ^= s[2]!;
-    s[0] ^= s[3]!;
-    s[2] ^= t;
-    s[3] = rotl(s[3]!, 11);
-    return result;
-  }
-
-  /** Uniform double in [0, 1) with 53 random bits. */
-  nextFloat(): number {
-    const hi = this.nextU32() >>> 5; // 27 bits
-    const lo = this.nextU32() >>> 6; // 26 bits
-    return (hi * 67108864 + lo) / 9007199254740992;
-  }
-}
-
-function rotl(x: number, k: number): number {
-  return ((x << k) | (x >>> (32 - k))) >>> 0;
 }

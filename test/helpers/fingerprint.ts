@@ -19,8 +19,9 @@ export function fingerprint(dir: string, isa: NonNullable<EngineOptions["isa"]>,
     const ids: number[] = [];
     const it = engine.generate(session, PROMPT, {
       maxTokens: GEN,
+      speculate: "off", // the sampler hashes what it is given: plain decoding's logits only
       sampler: {
-        sample(l) {
+        sample(l: Float32Array) {
           h.update(new Uint8Array(l.buffer, l.byteOffset, l.byteLength));
           let best = 0; // ties → lowest id, as the default greedy sampler (k3_argmax)
           for (let i = 1; i < l.length; i++) if (l[i]! > l[best]!) best = i;
