@@ -3,6 +3,7 @@
 import { closeSync, mkdtempSync, openSync, readSync, rmSync, statSync, utimesSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { type DraftOptions, generateDraft } from "../../tools/gen/draft.ts";
 import { generateModel } from "../../tools/gen/generate.ts";
 
 export const TINY_PRESETS = ["tiny-a", "tiny-b", "tiny-c"] as const;
@@ -21,6 +22,23 @@ export function tinyModel(preset: string, opts: { seed?: number; breakLayout?: b
     }
     const dir = join(root, key);
     p = generateModel(dir, { preset, seed: opts.seed ?? 1, breakLayout: opts.breakLayout }).then(() => dir);
+    made.set(key, p);
+  }
+  return p;
+}
+
+/**
+ * Directory of a generated EAGLE-3 draft (tools/gen/draft.ts) for the tiny target `preset` made
+ * with `targetSeed` (default 1): `opts` as generateDraft takes them (variant, rope, embedding,
+ * break, seed, layerIds). Generated once per process and key.
+ */
+export function tinyDraft(preset: string, opts: Omit<DraftOptions, "target"> & { targetSeed?: number } = {}): Promise<string> {
+  const { targetSeed, ...rest } = opts;
+  const key = `draft-${preset}-${targetSeed ?? 1}-${JSON.stringify(rest)}`.replace(/[^\w.-]+/g, "_");
+  let p = made.get(key);
+  if (!p) {
+    const dir = join(scratchDir("drafts"), key);
+    p = generateDraft(dir, { ...rest, target: { preset, seed: targetSeed ?? 1 } }).then(() => dir);
     made.set(key, p);
   }
   return p;

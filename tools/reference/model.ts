@@ -88,9 +88,32 @@ export class ReferenceModel {
 
   /** Logits [V] of the LAST position of `ids`, recomputing everything from the embeddings. */
   forward(ids: number[]): Float64Array {
+    return this.run(ids, { logits: "last" }).logits[ids.length - 1]!;
+  }
+
+  /**
+   * Logits at EVERY position of `ids` and, for an EAGLE-3 draft (DRAFTERS.md §2.3), the hidden
+   * states it reads: `taps[t][j]` is the prefix-sum stream P of token t right after the MLP add of
+   * the layer with ONE-based completed-layer id `tapLayers[j]` (zero-based layer id − 1): the value
+   * that layer outputs (MODEL.md §4 step 8), not the AttnRes mixture and not the layer's input.
+   * `tapStream: "mixture"` is the WRONG stream some DSpark drafts read (vLLM's attn_res_stream:
+   * Mix(P, bank) with the next layer's self_attention_res_* weights, the output mixer after the
+   * last layer); it exists so tests can show the two differ.
+   */
+  forwardAll(ids: number[], opts: { tapLayers?: number[]; tapStream?: "prefix" | "mixture" } = {}): { logits: Float64Array[]; taps: Float64Array[][] } {
+    return this.run(ids, { logits: "all", ...opts }) as { logits: Float64Array[]; taps: Float64Array[][] };
+  }
+
+  private run(ids: number[], opts: { logits: "last" | "all"; tapLayers?: number[]; tapStream?: "prefix" | "mixture" }): { logits: (Float64Array | undefined)[]; taps: Float64Array[][] } {
     const { hidden: E, vocab: V, layers: L, eps, blockSize } = this.cfg;
     if (ids.length === 0) throw new Error("forward: empty input");
     const T = ids.length;
+    const tapLayers = opts.tapLayers ?? [];
+    for (const id of tapLayers) if (!Number.isInteger(id) || id < 1 || id > L) throw new Error(`tap layer ${id} is not a one-based layer id in 1..${L}`);
+    const taps: Float64Array[][] = ids.map(() => tapLayers.map(() => new Float64Array(0)));
+    const record = (completed: number, values: (t: number) => Vec) =>
+      tapLayers.forEach((id, j) => id === completed && taps.forEach((row, t) => (row[j] = values(t).slice())));
+    const mixture = opts.tapStream === "mixture";
     const embed = this.bf16("embed_tokens.weight", [V, E]); // [V][E]
     // Per token t: running sum P[t] (null = "none" right after a block boundary) and bank B[t].
     const P: (Vec | null)[] = ids.map((id) => {
@@ -120,6 +143,7 @@ export class ReferenceModel {
       const pre = `layers.${l}.`;
       // attention sublayer: a = Attention(RMSNorm(h, input_layernorm)); P = P + a
       const h = enter(boundary(l, false), this.bf16(pre + "self_attention_res_proj.weight", [1, E]), this.bf16(pre + "self_attention_res_norm.weight", [E]));
+      if (mixture) record(l, (t) => h[t]); // the stream "after layer l−1" in vLLM's attn_res mode
       const inNorm = this.bf16(pre + "input_layernorm.weight", [E]);
       const xs = h.map((v) => rmsnorm(v, inNorm, eps));
       accumulate(this.isMLA(l) ? this.mla(l, xs) : this.kda(l, xs));
@@ -127,15 +151,18 @@ export class ReferenceModel {
       const h2 = enter(boundary(l, true), this.bf16(pre + "mlp_res_proj.weight", [1, E]), this.bf16(pre + "mlp_res_norm.weight", [E]));
       const postNorm = this.bf16(pre + "post_attention_layernorm.weight", [E]);
       accumulate(h2.map((v) => this.ffn(l, rmsnorm(v, postNorm, eps))));
+      if (!mixture) record(l + 1, (t) => P[t]!); // P after layer l's MLP add = one-based id l + 1
     }
 
-    // After the last layer (last position only): h = mix(P, B, output_attn_res_*); logits = lm_head · RMSNorm(h, norm)
-    const last = T - 1;
-    const hFinal = this.is("attnres-skip-final")
-      ? P[last]!
-      : attnResMix(P[last]!, B[last], this.bf16("output_attn_res_proj.weight", [1, E]), this.bf16("output_attn_res_norm.weight", [E]), eps, this.attnResWrong());
-    const xn = rmsnorm(hFinal, this.bf16("norm.weight", [E]), eps);
-    return matvec(this.w.dense(LM_HEAD, "BF16", [V, E]), V, E, xn); // [V]
+    // After the last layer: h = mix(P, B, output_attn_res_*); logits = lm_head · RMSNorm(h, norm)
+    const outProj = this.bf16("output_attn_res_proj.weight", [1, E]);
+    const outNorm = this.bf16("output_attn_res_norm.weight", [E]);
+    const hFinal = (t: number) => (this.is("attnres-skip-final") ? P[t]! : attnResMix(P[t]!, B[t], outProj, outNorm, eps, this.attnResWrong()));
+    if (mixture) record(L, hFinal);
+    const head = this.w.dense(LM_HEAD, "BF16", [V, E]);
+    const normW = this.bf16("norm.weight", [E]);
+    const logits = ids.map((_, t) => (opts.logits === "all" || t === T - 1 ? matvec(head, V, E, rmsnorm(hFinal(t), normW, eps)) : undefined)); // [V]
+    return { logits, taps };
   }
 
   /** n greedy tokens after `ids`, full recompute each step; ties → lowest token id. */
