@@ -12,7 +12,7 @@
 // Output: markdown tables on stdout (progress on stderr); --json writes every raw number.
 import { dlopen, FFIType } from "bun:ffi";
 import { writeFileAtomic, writeTarget } from "../src/files.ts";
-import { KERNELS_ABI, loadKernels, ISA, symbols } from "../src/kernels.ts";
+import { loadKernels, ISA, symbols } from "../src/kernels.ts";
 import { bf16Set, mxfp4Set } from "./weights.ts";
 import { peakGflops } from "./peak.ts";
 import { cpuInfo, loadAvg } from "./machine.ts";
@@ -56,7 +56,7 @@ const libs: Lib[] = [{
 }];
 if (oldPath) {
   const version = dlopen(oldPath, { k3_version: baseSymbols.k3_version }).symbols.k3_version();
-  if (version >= KERNELS_ABI) {
+  if (version >= 3) { // ABI 3: the matmuls take strides and return a status (later ABIs changed other kernels)
     const o = dlopen(oldPath, { ...baseSymbols, k3_matmul_bf16: symbols.k3_matmul_bf16, k3_matmul_mxfp4: symbols.k3_matmul_mxfp4 }).symbols;
     libs.push({ name: "old", k: o, mm: { bf16: (W, X, Y, r, c, T) => ok(o.k3_matmul_bf16(W, X, c, Y, r, r, c, T)), mxfp4: (P, S, X, Y, r, c, T) => ok(o.k3_matmul_mxfp4(P, S, X, c, Y, r, r, c, T)) } });
   } else {
