@@ -159,11 +159,12 @@ describe("messages that say enough", () => {
   });
 
   test("--prefix-cache-ram past the budget says the real limit (not 'must be ≥ 0 bytes')", () => {
-    for (const size of ["99999T", "3G"]) {
-      const r = k3(["serve", model, "--port", "0", "--ram", "2G", "--prefix-cache-ram", size]);
-      expectUsage(r, "the prefix cache's RAM tier", "is more than the whole RAM budget 2.00 GiB (--ram 2G)");
-      expect(r.err).toMatch(/at most \d+\.\d\d GiB \(\d+ bytes\) fits this budget beside the model \(--prefix-cache-ram; 0 = no RAM tier\)/);
-    }
+    for (const size of ["99999T", "3G"])
+      for (const cmd of [["serve", model, "--port", "0"], ["plan", model]]) {
+        const r = k3([...cmd, "--ram", "2G", "--prefix-cache-ram", size]);
+        expectUsage(r, "the prefix cache's RAM tier", "is more than the whole RAM budget 2.00 GiB it lives inside");
+        expect(r.err).toMatch(/at most \d+\.\d\d GiB \(\d+ bytes\) fits this budget beside the model \(--prefix-cache-ram; 0 = no RAM tier\)/);
+      }
   });
 
   test("K3_KERNELS naming a missing file or one that is not a shared library: a usage error naming it, not 'a bug in k3'", () => {

@@ -3,10 +3,9 @@
 // streamed weights it then loads. Every refusal here comes before a byte of weights is read.
 import type { Checkpoint } from "../checkpoint/catalogue.ts";
 import { K3Error } from "../errors.ts";
-import { formatBytes } from "../format.ts";
 import type { Kernels } from "../kernels.ts";
 import { loadPack, TRUNK_FORMATS, type PackedTrunk, type TrunkFormat } from "../memory/pack.ts";
-import { contextFor, DEFAULT_PARALLEL_CAP, defaultParallel, defaultPrefixCacheBytes, planInputFromCensus, planMemory, prefixCacheLimit, residentChunk, sessionStateBytes, type MemoryPlan } from "../memory/plan.ts";
+import { contextFor, DEFAULT_PARALLEL_CAP, defaultParallel, defaultPrefixCacheBytes, planInputFromCensus, planMemory, residentChunk, sessionStateBytes, type MemoryPlan } from "../memory/plan.ts";
 import { gib, resolveBudget, usableRam } from "../memory/ram.ts";
 import { streamSlots } from "../memory/slots.ts";
 import { StreamingWeights } from "../memory/stream.ts";
@@ -68,8 +67,6 @@ function planSizing(checkpoint: Checkpoint, opts: EngineOptions, threads: number
   input.drafts = s.speculate === "auto" && drafts > 0 && opts.chunk === undefined ? undefined : drafts;
   const prefixRam = autoPrefixRam ? defaultPrefixCacheBytes(input) : s.prefixRam;
   input.prefixCacheBytes = prefixRam;
-  // A RAM tier bigger than the whole budget it lives in: said with the real limit, not as a floor.
-  if (prefixRam > budget.bytes) throw new K3Error("USAGE", `the prefix cache's RAM tier (${formatBytes(prefixRam)}) is more than the whole RAM budget ${gib(budget.bytes)} (${budget.source}) it lives inside`, [prefixCacheLimit(input)]);
   const plan = planMemory(input); // without opts.chunk the planner chooses the chunk (plan.chunkChoice says why)
   const chunk = plan.prefillChunk;
   checkDrafts(s.speculate, chunk);

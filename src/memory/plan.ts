@@ -375,6 +375,11 @@ export function chooseChunk(candidates: ChunkCandidate[], promptTokens: number, 
 export function planMemory(input: PlanInput): MemoryPlan {
   const prompt = input.promptTokens ?? REFERENCE_PROMPT;
   if (!Number.isInteger(prompt) || prompt < 1) throw new K3Error("USAGE", `prompt length must be ≥ 1 token, got ${prompt}`);
+  // A RAM tier bigger than the whole budget it lives in: said with the real limit, not as a floor
+  // (nor as "must be ≥ 0 bytes" for a size past what a double counts exactly).
+  const prefix = input.prefixCacheBytes ?? 0;
+  if (prefix > input.budgetBytes)
+    throw new K3Error("USAGE", `the prefix cache's RAM tier (${formatBytes(prefix)}) is more than the whole RAM budget ${gib(input.budgetBytes)} it lives inside`, [prefixCacheLimit(input)]);
   if (input.prefillChunk !== undefined)
     return { ...planAt(input, input.prefillChunk), chunkChoice: { source: "given", promptTokens: prompt, candidates: [], why: "given (--chunk)" } };
   const plans = new Map<number, FixedPlan>();
