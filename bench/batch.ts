@@ -24,6 +24,7 @@
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { writeFileAtomic } from "../src/files.ts";
 import type { BatchArmResult, BatchArmSpec } from "./batch-arm.ts";
 import { machineInfo, type MachineInfo } from "./machine.ts";
 
@@ -204,7 +205,7 @@ async function main(): Promise<void> {
       say("prefix: setup (turn 1, another conversation, turn 2 from the RAM tier)");
       setup = await runArm({ ...base, kind: "prefix-setup", name: "cache on, RAM tier" }, work, n++);
       report.prefix.push(setup);
-      if (setupFile && setup.ok) writeFileSync(setupFile, JSON.stringify(setup));
+      if (setupFile && setup.ok) writeFileAtomic(setupFile, "the setup file", "USAGE", JSON.stringify(setup));
     }
     if (!setup.ok) report.problems.push(`prefix setup failed: ${setup.error?.split("\n")[0]}`);
     else

@@ -15,7 +15,7 @@
 // final logits) push a tag, so each kernel call's time is charged to the innermost part that
 // made it. "JS, FFI and pool" is the step's wall time minus every kernel call's time. Runs
 // (engine opened once, decode repeated) alternate nothing: one arm; rounds show the spread.
-import { writeFileSync } from "node:fs";
+import { writeFileAtomic, writeTarget } from "../src/files.ts";
 import { join, resolve } from "node:path";
 import { Engine, type EngineOptions } from "../src/engine.ts";
 import { loadKernels } from "../src/kernels.ts";
@@ -35,6 +35,7 @@ const TOKENS = arg("--phase", "decode") === "prefill" ? Number(arg("--prompt", "
 const RUNS = Number(arg("--runs", "3"));
 const isa = arg("--isa", "auto") as EngineOptions["isa"];
 const jsonOut = arg("--json", "");
+if (jsonOut) writeTarget(jsonOut, "the --json output", "USAGE"); // a FIFO or folder there: refused now, not after the run
 const phase = arg("--phase", "decode");
 const chunkArg = arg("--chunk", "");
 
@@ -169,4 +170,4 @@ console.log(`| JS, FFI and pool (step − kernel calls) | ${(stepMsTotal - kerne
 console.log("\n| kernel | calls/token | ms/token | µs/call | GFLOP/s (matmuls: 2·rows·cols·T per call) |\n|---|---|---|---|---|");
 for (const [kern, c] of [...byKernel].sort((a, b) => b[1].ns - a[1].ns))
   console.log(`| ${kern} | ${(c.calls / TOKENS).toFixed(1)} | ${per(c.ns).toFixed(2)} | ${(c.ns / c.calls / 1e3).toFixed(1)} | ${c.flops ? (c.flops / c.ns).toFixed(1) : ""} |`);
-if (jsonOut) writeFileSync(jsonOut, JSON.stringify({ cpu, model, ram, threads, isa, promptLen, tokens: TOKENS, rounds }, null, 1));
+if (jsonOut) writeFileAtomic(jsonOut, "the --json output", "USAGE", JSON.stringify({ cpu, model, ram, threads, isa, promptLen, tokens: TOKENS, rounds }, null, 1));

@@ -11,8 +11,8 @@
 //                        [--old bench/out/old/libkernels.so] [--json out.json]
 // Output: markdown tables on stdout (progress on stderr); --json writes every raw number.
 import { dlopen, FFIType } from "bun:ffi";
-import { writeFileSync } from "node:fs";
-import { KERNELS_ABI, loadKernels, ISA, symbols } from "../src/kernels.ts";
+import { writeFileAtomic, writeTarget } from "../src/files.ts";
+import { loadKernels, ISA, symbols } from "../src/kernels.ts";
 import { bf16Set, mxfp4Set } from "./weights.ts";
 import { peakGflops } from "./peak.ts";
 import { cpuInfo, loadAvg } from "./machine.ts";
@@ -26,6 +26,7 @@ const Ts = arg("--T", "1,8,32,64,256").split(",").map(Number);
 const threadCounts = arg("--threads", [...new Set([1, 2, navigator.hardwareConcurrency])].filter((n) => n <= navigator.hardwareConcurrency).join(",")).split(",").map(Number);
 const oldPath = arg("--old", "");
 const jsonOut = arg("--json", "");
+if (jsonOut) writeTarget(jsonOut, "the --json output", "USAGE"); // a FIFO or folder there: refused now, not after the run
 const say = (s: string) => process.stderr.write(`[kernels] ${s}\n`);
 
 const { i32, ptr, void: v } = FFIType;
@@ -55,7 +56,7 @@ const libs: Lib[] = [{
 }];
 if (oldPath) {
   const version = dlopen(oldPath, { k3_version: baseSymbols.k3_version }).symbols.k3_version();
-  if (version >= KERNELS_ABI) {
+  if (version >= 3) { // ABI 3: the matmuls take strides and return a status (later ABIs changed other kernels)
     const o = dlopen(oldPath, { ...baseSymbols, k3_matmul_bf16: symbols.k3_matmul_bf16, k3_matmul_mxfp4: symbols.k3_matmul_mxfp4 }).symbols;
     libs.push({ name: "old", k: o, mm: { bf16: (W, X, Y, r, c, T) => ok(o.k3_matmul_bf16(W, X, c, Y, r, r, c, T)), mxfp4: (P, S, X, Y, r, c, T) => ok(o.k3_matmul_mxfp4(P, S, X, c, Y, r, r, c, T)) } });
   } else {
@@ -194,4 +195,4 @@ if (bigT.length) {
           console.log(`| ${kn.name} | ${kn.rows}×${kn.cols} | ${isa} | ${n} | ${T} | ${rs.map(fmt).join(" | ")} | ${best(rs[0]).toFixed(1)} | ${(best(rs[0]) / pa).toFixed(2)} | ${(best(rs[0]) / pf).toFixed(2)} |${oldPath ? ` ${(best(rs[0]) / best(rs[1])).toFixed(2)} |` : ""} ${cs} |`);
         }
 }
-if (jsonOut) writeFileSync(jsonOut, JSON.stringify({ cpu, loads, runs: RUNS, Ts, threadCounts, isas, libs: libCols, oldPath, results: R }, null, 1));
+if (jsonOut) writeFileAtomic(jsonOut, "the --json output", "USAGE", JSON.stringify({ cpu, loads, runs: RUNS, Ts, threadCounts, isas, libs: libCols, oldPath, results: R }, null, 1));

@@ -20,6 +20,7 @@ import { join, resolve } from "node:path";
 import { tmpdir } from "node:os";
 import type { ModelConfig } from "../src/checkpoint/types.ts";
 import { Engine, type EngineOptions } from "../src/engine.ts";
+import { writeFileAtomic, writeTarget } from "../src/files.ts";
 import { cpuInfo, loadAvg } from "./machine.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
@@ -116,6 +117,7 @@ const RUNS = Number(arg("--runs", "3"));
 const threads = Number(arg("--threads", "2"));
 const isa = arg("--isa", "auto") as Spec["isa"];
 const jsonOut = arg("--json", "");
+if (jsonOut) writeTarget(jsonOut, "the --json output", "USAGE"); // a FIFO or folder there: refused now, not after the run
 if (armNames.includes("today") && !existsSync(oldLib)) throw new Error(`--old ${oldLib}: no such library (the "today" arm needs the pre-change kernels)`);
 const say = (s: string) => process.stderr.write(`[prefill] ${s}\n`);
 
@@ -170,6 +172,6 @@ for (const row of rows) {
   const cpuRatio = c.length && ct.length ? (best(c) / best(ct)).toFixed(2) : "—";
   console.log(`| ${row.spec.promptTokens} | ${row.spec.budget} | ${row.spec.arm} | ${ok[0]?.chunk ?? "—"} | ${t.map((x) => x.toFixed(2)).join(" / ") || row.results.map((r) => r.error).join("; ")} | ${t.length ? best(t).toFixed(2) : "—"} | ${ratio} | ${gflops.toFixed(1)} | ${(gflops / peakFma).toFixed(2)} | ${(gflops / peakMulAdd).toFixed(2)} | ${c.length ? best(c).toFixed(2) : "—"} | ${cpuRatio} | ${bytes} | ${identity.get(row.spec.promptTokens)!.size === 1 ? "yes" : "NO"} |`);
 }
-if (jsonOut) writeFileSync(jsonOut, JSON.stringify({ cpu, model, threads, isa, peaks, rows }, null, 1));
+if (jsonOut) writeFileAtomic(jsonOut, "the --json output", "USAGE", JSON.stringify({ cpu, model, threads, isa, peaks, rows }, null, 1));
 const failed = rows.some((r) => r.results.some((x) => !x.ok)) || [...identity.values()].some((s) => s.size !== 1);
 process.exit(failed ? 1 : 0);

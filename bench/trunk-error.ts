@@ -13,7 +13,7 @@
 //    64 and 128 tokens): the first token where the packed engine's greedy output differs from
 //    the exact engine's (or none), for each start. Packs are made first if the
 // model has none (k3 pack writes next to the model: give a folder that may take them).
-import { writeFileSync } from "node:fs";
+import { writeFileAtomic, writeTarget } from "../src/files.ts";
 import { Engine, packTrunk, type TrunkFormat } from "../src/engine.ts";
 import { loadKernels } from "../src/kernels.ts";
 
@@ -188,8 +188,9 @@ if (import.meta.main) {
   };
   const model = get("--model");
   if (!model) throw new Error("usage: bun bench/trunk-error.ts --model DIR [--positions N] [--ram SIZE] [--formats int8,int4] [--json OUT]");
-  const r = measureTrunkError(model, { positions: Number(get("--positions") ?? 256), greedy: Number(get("--greedy") ?? 32), ram: get("--ram"), formats: get("--formats")?.split(",") as TrunkFormat[] | undefined });
   const json = get("--json");
-  if (json) writeFileSync(json, JSON.stringify(r, null, 2));
+  if (json) writeTarget(json, "the --json output", "USAGE"); // a FIFO or folder there: refused now, not after the run
+  const r = measureTrunkError(model, { positions: Number(get("--positions") ?? 256), greedy: Number(get("--greedy") ?? 32), ram: get("--ram"), formats: get("--formats")?.split(",") as TrunkFormat[] | undefined });
+  if (json) writeFileAtomic(json, "the --json output", "USAGE", JSON.stringify(r, null, 2));
   process.stdout.write(`${renderErrorTable(r)}\n`);
 }

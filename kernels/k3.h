@@ -43,6 +43,7 @@ enum {
 #define K3_IO_MAX_THREADS 256        /* k3_io_init */
 #define K3_MXFP4_GROUP 32            /* k3_matmul_mxfp4, _q8, _q4: cols is a multiple of this */
 #define K3_KDA_CONV_WIDTH 4          /* k3_kda_conv_silu: the only width implemented */
+#define K3_MAX_KDA_HEAD_DIM 1024     /* k3_kda_recurrent: D (two D-float arrays on each worker's stack; K3: 128) */
 enum {
   K3_LIMIT_ROUTER_EXPERTS = 0,
   K3_LIMIT_ATTNRES_SOURCES = 1,
@@ -50,6 +51,7 @@ enum {
   K3_LIMIT_IO_THREADS = 3,
   K3_LIMIT_MXFP4_GROUP = 4,
   K3_LIMIT_KDA_CONV_WIDTH = 5,
+  K3_LIMIT_KDA_HEAD_DIM = 6,
 };
 K3_API int32_t k3_limit(int32_t which);          /* the limit's value; K3_ERR_ARG for an unknown id */
 
@@ -74,9 +76,13 @@ K3_API int32_t k3_pool_init(int32_t nthreads);
 K3_API int32_t k3_pool_size(void);
 K3_API void    k3_pool_free(void);
 
-/* ---- memory ---- */
-K3_API void*   k3_mem_alloc(int64_t bytes, int64_t align);   /* zeroed; NULL on failure */
-K3_API void    k3_mem_free(void* p);
+/* ---- memory ----
+ * k3_mem_alloc: zeroed; NULL on failure (bytes < 0, align not a power of two, bytes + align past
+ * INT64_MAX, no memory). k3_mem_free: K3_OK, or K3_ERR_ARG (nothing touched) for a pointer that
+ * is not a live k3_mem_alloc allocation (freed already, or never ours): live allocations are kept
+ * in a table, so the check never reads memory that was freed or unmapped. NULL is K3_OK. */
+K3_API void*   k3_mem_alloc(int64_t bytes, int64_t align);
+K3_API int32_t k3_mem_free(void* p);
 K3_API void    k3_mem_copy(void* dst, const void* src, int64_t bytes);
 /* Memory-read probe for benchmarks: the sum of all bytes (mod 2^64), read by the pool in
  * contiguous chunks with the current ISA. Added for bench/kernels.ts (GB/s next to the matmuls). */
@@ -166,13 +172,14 @@ K3_API void k3_l2norm_heads(float* X, int32_t H, int32_t D, int32_t T, float eps
 K3_API void k3_kda_gate(const float* f, const float* dt_bias, const float* A_log, float* g,
                         int32_t H, int32_t D, int32_t T, float lower);
 /* Delta-rule recurrence. q, k (already L2-normed, q scaled), v, g: [T][H][D]; beta: [T][H];
+ * K3_OK, or K3_ERR_ARG (nothing written) unless H, T ≥ 1 and 1 ≤ D ≤ K3_MAX_KDA_HEAD_DIM.
  * S: [H][D][D] (S[h][i][j], i = key dim, j = value dim), updated in place; o: [T][H][D].
  * Per token t, per head, in this order (MODEL.md §4 KDA step 6):
  *   S[i][:] *= exp(g[i]);  u[j] = Σ_i S[i][j]·k[i];  S[i][j] += k[i]·(beta·(v[j] − u[j]));
  *   o[j] = Σ_i S[i][j]·q[i]   (sums over i in increasing order, f32).
  * Heads are split across the pool. */
-K3_API void k3_kda_recurrent(const float* q, const float* k, const float* v, const float* g,
-                             const float* beta, float* S, float* o, int32_t H, int32_t D, int32_t T);
+K3_API int32_t k3_kda_recurrent(const float* q, const float* k, const float* v, const float* g,
+                                const float* beta, float* S, float* o, int32_t H, int32_t D, int32_t T);
 
 /* ---- MLA (absorbed form; cache rows hold [normed c_kv (R) | k_rope (dr)]) ----
  * q: [T][Hm][dn+dr]; kv_b: bf16 [Hm·(dn+dv)][R] (per head: dn rows of k_nope, then dv rows of v);
@@ -185,11 +192,15 @@ K3_API void k3_kda_recurrent(const float* q, const float* k, const float* v, con
  * Clarification (implementation): the two Σ_j/Σ_r of s_p and the Σ_j of out[d] use the matmuls'
  * 16-lane order (each separately, then added); a_p = (float)(e_p / Σe) in double.
  * scratch: k3_mla_scratch_floats(R, npos) floats owned by the caller, npos ≥ pos0+T (one slot per
- * possible pool thread, so it stays valid after k3_pool_init). Heads split across the pool. */
+ * possible pool thread, so it stays valid after k3_pool_init). Heads split across the pool.
+ * The caller says what it allocated: cache_rows rows of cache, scratch_floats floats of scratch.
+ * K3_OK, or K3_ERR_ARG (nothing written) for a bad size, pos0 + T > cache_rows, or a scratch
+ * smaller than k3_mla_scratch_floats(R, pos0 + T). */
 K3_API int64_t k3_mla_scratch_floats(int32_t R, int32_t npos);
-K3_API void k3_mla_attend(const float* q, const uint16_t* kv_b, const float* cache, float* out,
-                          float* scratch, int32_t Hm, int32_t dn, int32_t dr, int32_t dv,
-                          int32_t R, int32_t pos0, int32_t T, float scale);
+K3_API int32_t k3_mla_attend(const float* q, const uint16_t* kv_b, const float* cache, float* out,
+                             float* scratch, int32_t Hm, int32_t dn, int32_t dr, int32_t dv,
+                             int32_t R, int32_t pos0, int32_t T, float scale,
+                             int32_t cache_rows, int64_t scratch_floats);
 
 /* ---- AttnRes mix (MODEL.md §4) ----
  * Sources for token t: bank[i][t] (i < n, bank is [n][T][E]) then P[t] (P is [T][E]).

@@ -56,11 +56,12 @@ typedef struct {
 } kda_job;
 
 /* One head, all T tokens. Loops run i (key dim) outside and j (value dim) inside, so each
- * u[j] / o[j] is the sequential sum over i that k3.h specifies. u, dv: D floats of stack. */
+ * u[j] / o[j] is the sequential sum over i that k3.h specifies. u, e: fixed arrays of
+ * K3_MAX_KDA_HEAD_DIM floats on the worker's stack (D is checked against it before any work). */
 static void kda_head(const kda_job* J, int32_t h) {
   int32_t D = J->D, H = J->H;
   float* S = J->S + (int64_t)h * D * D;
-  float u[D], e[D];
+  float u[K3_MAX_KDA_HEAD_DIM], e[K3_MAX_KDA_HEAD_DIM];
   for (int32_t t = 0; t < J->T; t++) {
     int64_t base = ((int64_t)t * H + h) * D;
     const float *q = J->q + base, *k = J->k + base, *v = J->v + base, *g = J->g + base;
@@ -96,9 +97,10 @@ static void kda_part(void* ctx, int32_t i, int32_t n) {
   for (int64_t h = lo; h < hi; h++) kda_head(J, (int32_t)h);
 }
 
-K3_API void k3_kda_recurrent(const float* q, const float* k, const float* v, const float* g,
-                             const float* beta, float* S, float* o, int32_t H, int32_t D, int32_t T) {
-  if (H <= 0 || D <= 0 || T <= 0) return;
+K3_API int32_t k3_kda_recurrent(const float* q, const float* k, const float* v, const float* g,
+                                const float* beta, float* S, float* o, int32_t H, int32_t D, int32_t T) {
+  if (H <= 0 || D <= 0 || T <= 0 || D > K3_MAX_KDA_HEAD_DIM) return K3_ERR_ARG;
   kda_job J = { q, k, v, g, beta, S, o, H, D, T };
   k3_pool_run_if(kda_part, &J, H == 1);
+  return K3_OK;
 }

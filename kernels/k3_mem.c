@@ -1,5 +1,6 @@
 /* Aligned memory and a memory-read bandwidth probe (k3.h). Allocation is this file's job. */
 #include "k3_internal.h"
+#include <pthread.h>
 #include <stdlib.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -22,11 +23,72 @@
 #define K3_MEM_MAGIC_MAP 0x6b336d6d61700001ULL
 typedef struct { uint64_t magic; void* base; int64_t bytes; } k3_mem_hdr;
 
+/* The live allocations: an open-addressing set of the pointers k3_mem_alloc returned and
+ * k3_mem_free has not yet taken back (linear probing, 0 = empty, kept at most half full, removal
+ * by backward shift). k3_mem_free looks a pointer up here before it touches its header, so a
+ * second free, or a pointer that was never ours, is refused without reading memory that was freed
+ * (heap) or unmapped (a large buffer: reading its header would fault). */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static uintptr_t* live_set;
+static size_t live_cap, live_count;
+
+static size_t live_home(uintptr_t p, size_t cap) { return (size_t)(((uint64_t)p >> 6) * 0x9E3779B97F4A7C15ULL >> 17) & (cap - 1); }
+
+static void live_put(uintptr_t* set, size_t cap, uintptr_t p) {
+  size_t i = live_home(p, cap);
+  while (set[i]) i = (i + 1) & (cap - 1);
+  set[i] = p;
+}
+
+/* Add p (under live_lock); 0 on success, -1 when the table cannot grow. */
+static int live_add(uintptr_t p) {
+  if ((live_count + 1) * 2 > live_cap) {
+    size_t cap = live_cap ? live_cap * 2 : 1024;
+    uintptr_t* set = calloc(cap, sizeof *set);
+    if (!set) return -1;
+    for (size_t i = 0; i < live_cap; i++)
+      if (live_set[i]) live_put(set, cap, live_set[i]);
+    free(live_set);
+    live_set = set;
+    live_cap = cap;
+  }
+  live_put(live_set, live_cap, p);
+  live_count++;
+  return 0;
+}
+
+/* Remove p (under live_lock); 1 when it was there. */
+static int live_remove(uintptr_t p) {
+  if (!live_cap) return 0;
+  size_t mask = live_cap - 1, i = live_home(p, live_cap);
+  while (live_set[i] != p) {
+    if (!live_set[i]) return 0;
+    i = (i + 1) & mask;
+  }
+  live_set[i] = 0;
+  for (size_t j = (i + 1) & mask; live_set[j]; j = (j + 1) & mask) {
+    size_t h = live_home(live_set[j], live_cap);
+    /* the entry at j stays when its home lies cyclically in (i, j] */
+    if (i <= j ? (i < h && h <= j) : (i < h || h <= j)) continue;
+    live_set[i] = live_set[j];
+    live_set[j] = 0;
+    i = j;
+  }
+  live_count--;
+  return 1;
+}
+
+static void release(void* base, int64_t total, uint64_t magic) {
+  if (magic == K3_MEM_MAGIC_MAP) munmap(base, (size_t)total);
+  else free(base);
+}
+
 K3_API void* k3_mem_alloc(int64_t bytes, int64_t align) {
   if (bytes < 0 || align < 0) return NULL;
   if (align & (align - 1)) return NULL; /* power of two only (0 = default) */
   if (align < K3_MEM_HDR) align = K3_MEM_HDR;
   if (bytes == 0) bytes = 1;
+  if (bytes > INT64_MAX - align) return NULL; /* bytes + align must not overflow */
   int64_t total = bytes + align; /* the header lives in the first `align` bytes */
   void* base = NULL;
   uint64_t magic;
@@ -44,20 +106,27 @@ K3_API void* k3_mem_alloc(int64_t bytes, int64_t align) {
   h->magic = magic;
   h->base = base;
   h->bytes = total;
+  pthread_mutex_lock(&live_lock);
+  int added = live_add((uintptr_t)p);
+  pthread_mutex_unlock(&live_lock);
+  if (added != 0) {
+    release(base, total, magic);
+    return NULL;
+  }
   return p;
 }
 
-K3_API void k3_mem_free(void* p) {
-  if (!p) return;
+K3_API int32_t k3_mem_free(void* p) {
+  if (!p) return K3_OK;
+  pthread_mutex_lock(&live_lock);
+  int was_live = live_remove((uintptr_t)p);
+  pthread_mutex_unlock(&live_lock);
+  if (!was_live) return K3_ERR_ARG; /* freed already, or not ours: nothing is read or freed */
   k3_mem_hdr* h = (k3_mem_hdr*)((uint8_t*)p - K3_MEM_HDR);
-  if (h->magic == K3_MEM_MAGIC_MAP) {
-    h->magic = 0;
-    munmap(h->base, (size_t)h->bytes);
-  } else if (h->magic == K3_MEM_MAGIC_HEAP) {
-    h->magic = 0;
-    free(h->base);
-  }
-  /* anything else was not ours (or was freed twice): leave it rather than corrupt the heap */
+  uint64_t magic = h->magic;
+  h->magic = 0;
+  release(h->base, h->bytes, magic);
+  return K3_OK;
 }
 
 K3_API void k3_mem_copy(void* dst, const void* src, int64_t bytes) {

@@ -13,6 +13,7 @@
 static int64_t slot_floats(int32_t R, int32_t npos) { return 2 * (int64_t)R + npos; }
 
 K3_API int64_t k3_mla_scratch_floats(int32_t R, int32_t npos) {
+  if (R < 0 || npos < 0) return K3_ERR_ARG;
   return (int64_t)K3_POOL_MAX_THREADS * slot_floats(R, npos);
 }
 
@@ -75,10 +76,17 @@ static void mla_part(void* ctx, int32_t i, int32_t n) {
     for (int32_t t = 0; t < J->T; t++) mla_head_token(J, (int32_t)h, t, slot);
 }
 
-K3_API void k3_mla_attend(const float* q, const uint16_t* kv_b, const float* cache, float* out,
-                          float* scratch, int32_t Hm, int32_t dn, int32_t dr, int32_t dv,
-                          int32_t R, int32_t pos0, int32_t T, float scale) {
-  if (Hm <= 0 || T <= 0) return;
+/* Every size the kernel strides by is checked against what the caller says it allocated: the
+ * cache must hold positions 0..pos0+T−1 and the scratch K3_POOL_MAX_THREADS slots strided by
+ * pos0+T (a session longer than the scratch was sized for would write past its end). */
+K3_API int32_t k3_mla_attend(const float* q, const uint16_t* kv_b, const float* cache, float* out,
+                             float* scratch, int32_t Hm, int32_t dn, int32_t dr, int32_t dv,
+                             int32_t R, int32_t pos0, int32_t T, float scale,
+                             int32_t cache_rows, int64_t scratch_floats) {
+  if (Hm <= 0 || T <= 0 || dn <= 0 || dr < 0 || dv <= 0 || R <= 0 || pos0 < 0) return K3_ERR_ARG;
+  if ((int64_t)pos0 + T > cache_rows) return K3_ERR_ARG;
+  if (k3_mla_scratch_floats(R, pos0 + T) > scratch_floats) return K3_ERR_ARG;
   mla_job J = { q, kv_b, cache, out, scratch, Hm, dn, dr, dv, R, pos0, T, scale };
   k3_pool_run_if(mla_part, &J, Hm == 1);
+  return K3_OK;
 }

@@ -2,8 +2,11 @@
 /* 2: k3_limit; k3_router_topk and k3_attnres_mix return a status; k3_argmax refuses non-finite
  * input; k3_pool_init refuses sizes outside 1..K3_POOL_MAX_THREADS instead of clamping. */
 /* 3: every k3_matmul_* takes row strides (ldx, ldy) and returns a status (K3_ERR_ARG for sizes
- * it does not handle, never a silent no-op). */
-K3_API int32_t k3_version(void) { return 3; }
+ * it does not handle, never a silent no-op).
+ * 4: k3_mla_attend takes the cache rows and scratch floats it may use and returns a status;
+ * k3_kda_recurrent returns a status (D ≤ K3_MAX_KDA_HEAD_DIM, limit 6); k3_mem_free returns a
+ * status (a pointer that is not a live allocation is refused). */
+K3_API int32_t k3_version(void) { return 4; }
 
 K3_API int32_t k3_limit(int32_t which) {
   switch (which) {
@@ -13,6 +16,7 @@ K3_API int32_t k3_limit(int32_t which) {
     case K3_LIMIT_IO_THREADS: return K3_IO_MAX_THREADS;
     case K3_LIMIT_MXFP4_GROUP: return K3_MXFP4_GROUP;
     case K3_LIMIT_KDA_CONV_WIDTH: return K3_KDA_CONV_WIDTH;
+    case K3_LIMIT_KDA_HEAD_DIM: return K3_MAX_KDA_HEAD_DIM;
     default: return K3_ERR_ARG;
   }
 }

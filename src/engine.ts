@@ -291,6 +291,10 @@ export class Engine {
     const cfg = checkpoint.config;
     checkKernelLimits(k, cfg);
     const size = sizeEngine(checkpoint, opts, threads.threads);
+    // The trace records one sequence, chunk by chunk: a batched pass of several sessions cannot
+    // be written to it, so the combination is refused here, before any weight is read.
+    if (opts.trace !== undefined && size.parallel > 1)
+      throw new K3Error("USAGE", `--trace records one generation at a time, and this engine batches ${size.parallel} sessions (--parallel ${size.parallel}${opts.parallel === "auto" ? ", the default here" : ""})`, ["add --parallel 1 to trace"]);
     // A plan exactly when not resident: the streamed weights follow it.
     const weights: WeightProvider = size.plan ? yield* openStreaming(k, checkpoint, size.plan, size.pack, opts) : new ResidentWeights(k, cfg, checkpoint.tensors);
     let model: Model;

@@ -14,6 +14,20 @@ export function formatBytes(bytes: number, unit?: ByteUnit): string {
   return `${i === 0 ? Math.round(v) : v.toFixed(2)} ${UNITS[i]}`;
 }
 
+/**
+ * Two byte counts that a message compares ("budget X is below the floor Y"), in `unit` with the
+ * fewest decimals (2 to 6) that make different counts read differently: never "0.38 GiB is below
+ * the floor 0.38 GiB". Counts closer than that are given in bytes.
+ */
+export function formatBytesApart(a: number, b: number, unit: ByteUnit = "GiB"): [string, string] {
+  const scale = 1024 ** UNITS.indexOf(unit);
+  for (let d = 2; d <= 6; d++) {
+    const [x, y] = [(a / scale).toFixed(d), (b / scale).toFixed(d)];
+    if (x !== y || a === b) return [`${x} ${unit}`, `${y} ${unit}`];
+  }
+  return [`${a} bytes`, `${b} bytes`];
+}
+
 /** "0-3,5,7-9" from ascending integers; "none" for an empty list. */
 export function formatRanges(xs: readonly number[]): string {
   const out: string[] = [];

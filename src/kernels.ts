@@ -10,9 +10,11 @@
 //  3. if that extraction cannot be mapped (noexec $TMPDIR), a copy in k3's cache folder
 //     (src/cache-dir.ts: $XDG_CACHE_HOME/k3, else ~/.cache/k3).
 import { dlopen, FFIType, suffix } from "bun:ffi";
-import { existsSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { ensureCacheDir } from "./cache-dir.ts";
+import { K3Error } from "./errors.ts";
+import { writeFileAtomic } from "./files.ts";
 import embeddedLib from "../zig-out/lib/libkernels.so" with { type: "file" };
 
 const { ptr, i32, i64, i64_fast, u32, f32, cstring, void: v } = FFIType;
@@ -34,7 +36,7 @@ export const symbols = {
 
   // memory (i64 returns are BigInt; k3_mem_alloc returns a pointer number or null)
   k3_mem_alloc: { args: [i64, i64], returns: ptr },
-  k3_mem_free: { args: [ptr], returns: v },
+  k3_mem_free: { args: [ptr], returns: i32 }, // K3_OK / K3_ERR_ARG (not a live allocation: freed twice, or never ours)
   k3_mem_copy: { args: [ptr, ptr, i64], returns: v },
   k3_mem_read_sum: { args: [ptr, i64], returns: i64 },
 
@@ -66,12 +68,12 @@ export const symbols = {
   k3_kda_conv_silu: { args: [ptr, ptr, ptr, i32, i32], returns: v }, // (X, w, hist, C, T)
   k3_l2norm_heads: { args: [ptr, i32, i32, i32, f32, f32], returns: v }, // (X, H, D, T, eps, scale)
   k3_kda_gate: { args: [ptr, ptr, ptr, ptr, i32, i32, i32, f32], returns: v }, // (f, dt_bias, A_log, g, H, D, T, lower)
-  k3_kda_recurrent: { args: [ptr, ptr, ptr, ptr, ptr, ptr, ptr, i32, i32, i32], returns: v }, // (q,k,v,g,beta,S,o,H,D,T)
+  k3_kda_recurrent: { args: [ptr, ptr, ptr, ptr, ptr, ptr, ptr, i32, i32, i32], returns: i32 }, // (q,k,v,g,beta,S,o,H,D,T) → K3_OK / K3_ERR_ARG
 
   // MLA
   k3_mla_scratch_floats: { args: [i32, i32], returns: i64 }, // (R, npos) → BigInt
-  // (q, kv_b, cache, out, scratch, Hm, dn, dr, dv, R, pos0, T, scale)
-  k3_mla_attend: { args: [ptr, ptr, ptr, ptr, ptr, i32, i32, i32, i32, i32, i32, i32, f32], returns: v },
+  // (q, kv_b, cache, out, scratch, Hm, dn, dr, dv, R, pos0, T, scale, cache_rows, scratch_floats) → K3_OK / K3_ERR_ARG
+  k3_mla_attend: { args: [ptr, ptr, ptr, ptr, ptr, i32, i32, i32, i32, i32, i32, i32, f32, i32, i64], returns: i32 },
 
   // AttnRes: (bank, n, P, proj, norm, out, E, T, eps)
   k3_attnres_mix: { args: [ptr, i32, ptr, ptr, ptr, ptr, i32, i32, f32], returns: i32 }, // K3_OK / K3_ERR_ARG
@@ -117,10 +119,11 @@ export interface KernelLimits {
   ioThreads: number; // k3_io_init
   mxfp4Group: number; // k3_matmul_mxfp4: columns are a multiple of this
   kdaConvWidth: number; // k3_kda_conv_silu: the only conv width implemented
+  kdaHeadDim: number; // k3_kda_recurrent: the largest head dim (its stack arrays)
 }
 
 /** Ids of k3_limit (K3_LIMIT_* in kernels/k3.h), in KernelLimits' field order. */
-const LIMIT_IDS: Record<keyof KernelLimits, number> = { routerExperts: 0, attnResSources: 1, poolThreads: 2, ioThreads: 3, mxfp4Group: 4, kdaConvWidth: 5 };
+const LIMIT_IDS: Record<keyof KernelLimits, number> = { routerExperts: 0, attnResSources: 1, poolThreads: 2, ioThreads: 3, mxfp4Group: 4, kdaConvWidth: 5, kdaHeadDim: 6 };
 
 export function kernelLimits(k: Kernels = loadKernels()): KernelLimits {
   const out = {} as KernelLimits;
@@ -133,7 +136,7 @@ export function kernelLimits(k: Kernels = loadKernels()): KernelLimits {
 }
 
 /** The library ABI these bindings are written for (k3_version, kernels/k3_version.c). */
-export const KERNELS_ABI = 3;
+export const KERNELS_ABI = 4;
 
 let loaded: Kernels | undefined;
 
@@ -145,15 +148,17 @@ export function loadKernels(): Kernels {
   const abi = lib.symbols.k3_version();
   if (abi !== KERNELS_ABI) {
     lib.close();
-    const where = process.env.K3_KERNELS ? `$K3_KERNELS (${process.env.K3_KERNELS})` : "the built-in kernel library";
-    throw new Error(`${where} has ABI version ${abi}, these bindings need version ${KERNELS_ABI}: rebuild it (npm run build:kernels) or point K3_KERNELS at a matching build`);
+    const override = process.env.K3_KERNELS;
+    const where = override ? `K3_KERNELS=${override}` : "the built-in kernel library";
+    // $K3_KERNELS is the user's setting (exit 2); a built-in library of another ABI is a bad build.
+    throw new K3Error(override ? "USAGE" : "INTERNAL", `${where} has ABI version ${abi}, these bindings need version ${KERNELS_ABI}`, ["rebuild it (npm run build:kernels) or point K3_KERNELS at a matching build"]);
   }
   return (loaded = lib.symbols);
 }
 
 function open() {
   const override = process.env.K3_KERNELS;
-  if (override) return dlopen(override, symbols);
+  if (override) return openOverride(override);
   try {
     return dlopen(embeddedLib, symbols);
   } catch (err) {
@@ -162,12 +167,21 @@ function open() {
     const bytes = readFileSync(embeddedLib);
     const dir = ensureCacheDir("");
     const path = join(dir, `libkernels-${Bun.hash(bytes).toString(16)}.${suffix}`);
-    if (!existsSync(path)) {
-      const tmp = `${path}.${process.pid}.tmp`;
-      writeFileSync(tmp, bytes, { mode: 0o755 });
-      renameSync(tmp, path);
-    }
+    if (!existsSync(path)) writeFileAtomic(path, "a copy of the kernel library", "IO", bytes, 0o755);
     return dlopen(path, symbols);
+  }
+}
+
+/** $K3_KERNELS names the library to load: one that is missing, not a shared library, or lacks a
+ *  symbol is the user's setting, said as such (exit 2), not a k3 bug. */
+function openOverride(path: string) {
+  const hint = "unset K3_KERNELS to use the kernel library built into k3 (or point it at a libkernels.so that `npm run build:kernels` made)";
+  if (!existsSync(path)) throw new K3Error("USAGE", `K3_KERNELS=${path}: no such file`, [hint]);
+  try {
+    return dlopen(path, symbols);
+  } catch (err) {
+    const why = (err as Error).message.replace(/^Failed to open library "[^"]*": /, "").replace(`${path}: `, "");
+    throw new K3Error("USAGE", `K3_KERNELS=${path}: cannot load it as the kernel library (${why})`, [hint]);
   }
 }
 

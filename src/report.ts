@@ -167,6 +167,6 @@ export function prefixCacheJson(p: PrefixCacheStats | undefined, b: BatchStats) 
     evicted_ram: p.evictedRam,
     evicted_disk: p.evictedDisk,
     ram: { entries: p.ramEntries, bytes: p.ramBytes, cap_bytes: p.ramCapBytes },
-    disk: { entries: p.diskEntries, bytes: p.diskBytes, cap_bytes: p.diskCapBytes },
+    disk: { entries: p.diskEntries, bytes: p.diskBytes, cap_bytes: p.diskCapBytes, writable: p.diskWritable },
   };
 }

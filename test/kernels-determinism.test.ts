@@ -109,7 +109,7 @@ describe("KDA and MLA bits across thread counts and batching", () => {
     const run = (threads: number) => {
       const out = new Float32Array(Tm * Hm * dv);
       withIsaThreads(ISA.auto, threads, () =>
-        k.k3_mla_attend(qm, kvb, cache, out, scratch, Hm, dn, dr, dv, R, 0, Tm, scale));
+        expect(k.k3_mla_attend(qm, kvb, cache, out, scratch, Hm, dn, dr, dv, R, 0, Tm, scale, Tm, scratch.length)).toBe(0));
       return bitsHash(out);
     };
     const want = run(1);
@@ -117,7 +117,7 @@ describe("KDA and MLA bits across thread counts and batching", () => {
     const inc = new Float32Array(Tm * Hm * dv);
     for (let t = 0; t < Tm; t++)
       k.k3_mla_attend(qm.subarray(t * Hm * (dn + dr)), kvb, cache, inc.subarray(t * Hm * dv), scratch,
-        Hm, dn, dr, dv, R, t, 1, scale);
+        Hm, dn, dr, dv, R, t, 1, scale, Tm, scratch.length);
     expect(bitsHash(inc)).toBe(want);
   });
 });

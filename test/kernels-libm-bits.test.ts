@@ -41,7 +41,7 @@ function cases(): Record<string, () => ArrayBufferView> {
       const Hm = 4, dn = 16, dr = 8, dv = 16, R = 64, T = 24, scale = (dn + dr) ** -0.5;
       const kvb = randBF16(r, Hm * (dn + dv) * R), q = randF32(r, T * Hm * (dn + dr), -4, 4), cache = randF32(r, T * (R + dr), -4, 4);
       const out = new Float32Array(T * Hm * dv), scratch = new Float32Array(Number(k.k3_mla_scratch_floats(R, T)));
-      k.k3_mla_attend(q, kvb, cache, out, scratch, Hm, dn, dr, dv, R, 0, T, scale);
+      expect(k.k3_mla_attend(q, kvb, cache, out, scratch, Hm, dn, dr, dv, R, 0, T, scale, T, scratch.length)).toBe(0);
       return out;
     },
     "attnres_mix": () => {

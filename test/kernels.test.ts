@@ -235,7 +235,7 @@ describe("KDA kernels vs float64 reference", () => {
     const beta = randF32(r, T * H, 0, 1);
     beta[0] = 1;
     const S = new Float32Array(H * D * D), o = new Float32Array(T * H * D);
-    k.k3_kda_recurrent(q, kk, v, g, beta, S, o, H, D, T);
+    expect(k.k3_kda_recurrent(q, kk, v, g, beta, S, o, H, D, T)).toBe(0);
     const S64 = new Float64Array(H * D * D);
     // ‖k‖ = 1, β ∈ [0,1], α ≤ 1 make each step non-expansive, so rounding errors add up rather
     // than grow: ≤ T·(3D + 6)·u·max|v| on every o and S entry (docs/NUMERICS.md §KDA).
@@ -259,7 +259,7 @@ describe("MLA, AttnRes, router vs float64 reference", () => {
       const cache = randF32(r, T * (R + dr), -2, 2);
       const out = new Float32Array(T * Hm * dv);
       const scratch = new Float32Array(Number(k.k3_mla_scratch_floats(R, T)));
-      k.k3_mla_attend(q, kvb, cache, out, scratch, Hm, dn, dr, dv, R, 0, T, scale);
+      expect(k.k3_mla_attend(q, kvb, cache, out, scratch, Hm, dn, dr, dv, R, 0, T, scale, T, scratch.length)).toBe(0);
       const kv64 = f64(bf16ToF32(kvb));
       const rows = (a: Float32Array, w: number, off: number, len: number) =>
         Array.from({ length: T }, (_, t) => f64(a.subarray(t * w + off, t * w + off + len)));
@@ -355,7 +355,7 @@ describe("MLA, AttnRes, router vs float64 reference", () => {
   });
 
   test("the limits come from k3.h through k3_limit; an unknown id is refused", () => {
-    expect(kernelLimits(k)).toEqual({ routerExperts: 4096, attnResSources: 64, poolThreads: 64, ioThreads: 256, mxfp4Group: 32, kdaConvWidth: 4 });
+    expect(kernelLimits(k)).toEqual({ routerExperts: 4096, attnResSources: 64, poolThreads: 64, ioThreads: 256, mxfp4Group: 32, kdaConvWidth: 4, kdaHeadDim: 1024 });
     expect(k.k3_limit(99)).toBe(K3_STATUS.arg);
   });
 });

@@ -1,9 +1,10 @@
 // The prefix cache (src/batch/prefix-cache.ts): snapshots keyed by the token prefix, a RAM tier
 // and a disk tier, LRU within their caps; a restored prefix gives the same bits as feeding it; a
-// bad entry (a flipped byte, a truncated or foreign file, a full disk) is dropped with a warning
-// and never used.
+// bad entry (a flipped byte, a truncated or foreign file) is dropped with a warning and never
+// used; a directory or FIFO in the folder is left alone. (A full disk and a read-only folder, on
+// real mounts: test/prefix-cache-disk.test.ts.)
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, readdirSync, statSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { PREFIX_FILE_SUFFIX, PrefixCache, prefixKey } from "../src/batch/prefix-cache.ts";
 import { Engine } from "../src/engine.ts";
@@ -183,18 +184,27 @@ describe("disk tier", () => {
     }
   });
 
-  test("a full disk (ENOSPC on write): a warning, no file left, the cache goes on", async () => {
-    const dir = scratchDir("prefix-full");
-    const c = cache({ dir });
-    const name = `${engine.fingerprint.slice(0, 16)}-${prefixKey(A.slice(0, 4))}${PREFIX_FILE_SUFFIX}`;
-    // The writer's temporary file is a link to /dev/full: every write fails with ENOSPC.
-    symlinkSync("/dev/full", join(dir, `${name}.${process.pid}.tmp`));
-    const warned = await warnings(() => c.store(fed(A.slice(0, 4)).state));
-    expect(warned.join("\n")).toMatch(/could not write.*(ENOSPC|no space)/i);
-    expect(readdirSync(dir)).toEqual([]);
-    expect(c.stats()).toMatchObject({ writeFailures: 1, diskEntries: 0 });
-    expect(c.restoreLongest(engine.createSession().state, A, 9)).toBe(0);
+  test("a directory or FIFO named like an entry or its temp file: left alone with a warning, never an error; the cache goes on", async () => {
+    const dir = scratchDir("prefix-odd");
+    const name = (ids: number[]) => `${engine.fingerprint.slice(0, 16)}-${prefixKey(ids)}${PREFIX_FILE_SUFFIX}`;
+    const odd = [name(A.slice(0, 4)), `${name(A.slice(0, 6))}.${process.pid}.tmp`, `${name(B.slice(0, 4))}.99999999.tmp`];
+    mkdirSync(join(dir, odd[0]!));
+    mkdirSync(join(dir, odd[1]!));
+    expect(Bun.spawnSync(["mkfifo", join(dir, odd[2]!)]).exitCode).toBe(0);
+    let c!: PrefixCache;
+    const atScan = await warnings(() => (c = cache({ dir }))); // used to be "internal error … EISDIR"
+    expect(atScan.join("\n")).toContain(`${join(dir, odd[0]!)} is a directory, not a cache file: left alone`);
+    expect(atScan.join("\n")).toContain(`${join(dir, odd[2]!)} is a FIFO (named pipe), not a cache file: left alone`);
+    // The entry whose path is a directory, and the one whose temp path is: each costs only itself.
+    const atStore = await warnings(() => {
+      c.store(fed(A.slice(0, 4)).state);
+      c.store(fed(A.slice(0, 6)).state);
+    });
+    expect(atStore.join("\n")).toContain(`${join(dir, odd[0]!)}: cannot write session file there: it is a directory`);
+    expect(atStore.join("\n")).toContain(`${join(dir, odd[1]!)} is in the way (a directory)`);
+    expect(c.stats()).toMatchObject({ writeFailures: 2, diskEntries: 0, diskWritable: true });
     c.store(fed(B.slice(0, 4)).state); // the next write works
     expect(c.restoreLongest(engine.createSession().state, B, 7)).toBe(4);
+    expect(readdirSync(dir).sort()).toEqual([...odd, name(B.slice(0, 4))].sort()); // nothing of theirs deleted
   });
 });

@@ -14,14 +14,20 @@
 //     session it is restored into; a file against its checksum and the model's fingerprint first.
 //     A bad entry is dropped (its file deleted) with a warning and the lookup goes on to the next
 //     longest prefix; nothing wrong is ever restored;
-//   - a failed write (a full disk, a vanished folder) leaves no file behind and only costs the
-//     entry (a warning, counted); the server goes on;
+//   - a failed write (a vanished folder, a directory in the way) leaves no file behind and only
+//     costs the entry (a warning, counted); the server goes on. A full disk (ENOSPC, EDQUOT)
+//     evicts this cache's oldest files and retries; when nothing is left to evict, the disk tier
+//     stops writing, with one warning (its files are still read). A read-only folder is said at
+//     start (its files are read, none written);
+//   - only regular files are read, written or deleted: a directory or FIFO named like an entry
+//     (or its temp file) is left alone with a warning, never opened blocking, never an error;
 //   - an entry's tokens are exactly the state's history: restoring it and feeding the rest of the
 //     prompt is the same computation as feeding the whole prompt (incremental == recompute);
 //   - the cache never holds more than its caps (the RAM figure counts snapshot data bytes).
-import { mkdirSync, readdirSync, rmSync, statSync, utimesSync } from "node:fs";
+import { mkdirSync, readdirSync, statSync, utimesSync } from "node:fs";
 import { join } from "node:path";
 import { K3Error } from "../errors.ts";
+import { isDiskFull, notRegular, removeFile, writableDir } from "../files.ts";
 import type { Kernels } from "../kernels.ts";
 import { log } from "../log.ts";
 import { readSessionHeader, readSnapshot, saveSession, saveSnapshot } from "../model/session-file.ts";
@@ -58,6 +64,9 @@ export interface PrefixCacheStats {
   dropped: number;
   /** Disk writes that failed (full disk, …): the entry was lost, nothing else. */
   writeFailures: number;
+  /** Whether the disk tier still writes: false for a read-only folder, or once a full disk left
+   *  nothing of this cache's to evict (its files are still read). */
+  diskWritable: boolean;
   evictedRam: number;
   evictedDisk: number;
   ramEntries: number;
@@ -86,6 +95,8 @@ export function prefixKey(tokens: number[]): string {
 export class PrefixCache {
   private readonly entries = new Map<string, Entry>();
   private clock = 0;
+  /** The disk tier writes new entries (a disk tier, not read-only, not stopped by a full disk). */
+  private diskWritable: boolean;
   private readonly counters = { lookups: 0, hits: 0, ramHits: 0, diskHits: 0, tokensSaved: 0, bytesRestored: 0, stores: 0, dropped: 0, writeFailures: 0, evictedRam: 0, evictedDisk: 0 };
 
   constructor(private readonly o: PrefixCacheOptions) {
@@ -97,8 +108,10 @@ export class PrefixCache {
       } catch (e) {
         throw new K3Error("USAGE", `cannot use ${o.dir} as the prefix cache folder: ${(e as Error).message}`);
       }
+      this.diskWritable = writableDir(o.dir); // a read-only mount says EROFS even to root
+      if (!this.diskWritable) log.warn(`prefix cache: ${o.dir} is read-only: the entries in it are used, but no new ones are written there`);
       this.scanDisk();
-    }
+    } else this.diskWritable = false;
   }
 
   get enabled(): boolean {
@@ -186,7 +199,7 @@ export class PrefixCache {
       if (e.ram) ramEntries++;
       if (e.file) diskEntries++;
     }
-    return { ...this.counters, ramEntries, ramBytes: this.ramUsed(), ramCapBytes: this.o.ramBytes, diskEntries, diskBytes: this.diskUsed(), diskCapBytes: this.o.dir === undefined ? 0 : this.o.diskBytes! };
+    return { ...this.counters, diskWritable: this.diskWritable, ramEntries, ramBytes: this.ramUsed(), ramCapBytes: this.o.ramBytes, diskEntries, diskBytes: this.diskUsed(), diskCapBytes: this.o.dir === undefined ? 0 : this.o.diskBytes! };
   }
 
   // ---- tiers ----
@@ -227,20 +240,49 @@ export class PrefixCache {
     }
   }
 
-  /** Write an entry's snapshot to the disk tier (making room first); a failure loses the entry. */
+  /** Write an entry's snapshot to the disk tier (making room first); a failure loses the entry.
+   *  A full disk evicts this cache's oldest files (about the entry's size first, then one at a
+   *  time) and retries; with none left the tier stops writing, said once. */
   private spill(e: Entry, from: StateSnapshot | SessionState): void {
-    const path = join(this.o.dir!, `${this.o.fingerprint.slice(0, 16)}-${e.key}${PREFIX_FILE_SUFFIX}`);
-    try {
-      if ("data" in from) saveSnapshot(this.o.k, from, this.o.fingerprint, this.o.modelName, path, { prefixCache: 1 });
-      else saveSession(this.o.k, from, [], this.o.fingerprint, this.o.modelName, path, { prefixCache: 1 });
-      e.file = { path, bytes: statSync(path).size };
-    } catch (err) {
-      this.counters.writeFailures++;
-      log.warn(`prefix cache: could not write ${path} (${(err as Error).message}); that prefix is not kept`);
-      if (!e.ram) this.entries.delete(e.key);
+    if (!this.diskWritable) {
+      if (!e.ram) this.entries.delete(e.key); // read-only or full: said once already
       return;
     }
+    const path = join(this.o.dir!, `${this.o.fingerprint.slice(0, 16)}-${e.key}${PREFIX_FILE_SUFFIX}`);
+    let need = "data" in from ? from.data.byteLength : snapshotBytes(from);
+    for (;;) {
+      try {
+        if ("data" in from) saveSnapshot(this.o.k, from, this.o.fingerprint, this.o.modelName, path, { prefixCache: 1 });
+        else saveSession(this.o.k, from, [], this.o.fingerprint, this.o.modelName, path, { prefixCache: 1 });
+        e.file = { path, bytes: statSync(path).size };
+        break;
+      } catch (err) {
+        if (isDiskFull(err) && this.evictForRoom(e, need)) {
+          need = 1; // then one file at a time
+          continue;
+        }
+        this.counters.writeFailures++;
+        if (isDiskFull(err)) {
+          this.diskWritable = false;
+          log.warn(`prefix cache: ${this.o.dir} is full (${(err as Error).message}) and holds no more of this cache's files to evict: no new entries are written there until k3 restarts (the ${this.lru((x) => !!x.file).length} there are still used)`);
+        } else log.warn(`prefix cache: could not write ${path} (${(err as Error).message}); that prefix is not kept`);
+        if (!e.ram) this.entries.delete(e.key);
+        return;
+      }
+    }
     this.fitDisk();
+  }
+
+  /** Evict disk files (oldest first, never `keep`'s) until `bytes` are freed; false when there
+   *  was nothing to evict. */
+  private evictForRoom(keep: Entry, bytes: number): boolean {
+    let freed = 0;
+    for (const e of this.lru((x) => !!x.file && x !== keep)) {
+      if (freed >= bytes) break;
+      freed += e.file!.bytes;
+      this.evictFile(e);
+    }
+    return freed > 0;
   }
 
   private fitDisk(): void {
@@ -248,11 +290,15 @@ export class PrefixCache {
     for (const e of this.lru((x) => !!x.file)) {
       if (used <= this.o.diskBytes!) break;
       used -= e.file!.bytes;
-      rmSync(e.file!.path, { force: true });
-      e.file = undefined;
-      this.counters.evictedDisk++;
-      if (!e.ram) this.entries.delete(e.key);
+      this.evictFile(e);
     }
+  }
+
+  private evictFile(e: Entry): void {
+    removeFile(e.file!.path);
+    e.file = undefined;
+    this.counters.evictedDisk++;
+    if (!e.ram) this.entries.delete(e.key);
   }
 
   /** The entry's snapshot: from RAM, or read from its file and checked whole. Undefined (and the
@@ -273,7 +319,7 @@ export class PrefixCache {
   private drop(e: Entry, why: string): void {
     this.counters.dropped++;
     log.warn(`prefix cache: dropping a bad entry (${why}); its prefix will be computed again`);
-    if (e.file) rmSync(e.file.path, { force: true });
+    if (e.file) removeFile(e.file.path);
     this.entries.delete(e.key);
   }
 
@@ -290,11 +336,19 @@ export class PrefixCache {
     const mine = `${this.o.fingerprint.slice(0, 16)}-`;
     for (const name of names) {
       const path = join(dir, name);
-      if (name.endsWith(".tmp") && name.includes(PREFIX_FILE_SUFFIX) && !writerAlive(name)) {
-        rmSync(path, { force: true });
+      const ours = name.startsWith(mine) && name.endsWith(PREFIX_FILE_SUFFIX);
+      const debris = name.endsWith(".tmp") && name.includes(PREFIX_FILE_SUFFIX);
+      if (!ours && !debris) continue;
+      // Named like an entry or a temp file but a directory, FIFO, …: not ours to open or delete.
+      const what = notRegular(path);
+      if (what) {
+        log.warn(`prefix cache: ${path} is ${what}, not a cache file: left alone`);
         continue;
       }
-      if (!name.endsWith(PREFIX_FILE_SUFFIX) || !name.startsWith(mine)) continue;
+      if (debris) {
+        if (!writerAlive(name)) removeFile(path);
+        continue;
+      }
       try {
         const { header, fileBytes } = readSessionHeader(path);
         if (header.model !== this.o.fingerprint) continue; // another model's (same name prefix): not ours
@@ -304,7 +358,7 @@ export class PrefixCache {
       } catch (err) {
         this.counters.dropped++;
         log.warn(`prefix cache: dropping ${path} (${(err as Error).message})`);
-        rmSync(path, { force: true });
+        removeFile(path);
       }
     }
     this.clock = Math.max(this.clock, ...[...this.entries.values()].map((e) => e.lastUse));

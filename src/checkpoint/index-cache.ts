@@ -2,10 +2,10 @@
 // is read-only), so opening the release does not re-parse 96 shard headers and a 497k-entry
 // index every time. Invalidated when config.json, the index or any shard changes (size, mtime):
 // a stale cache would point reads at wrong offsets, so any doubt means a full re-read.
-import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { cachePath } from "../cache-dir.ts";
-import { readRegularFile, writableDir } from "../files.ts";
+import { readRegularFile, writableDir, writeFileAtomic } from "../files.ts";
 import { INDEX_FILE, openCheckpoint, type Checkpoint } from "./catalogue.ts";
 import { readConfig } from "./config.ts";
 import { computeLayout } from "./layout.ts";
@@ -92,14 +92,8 @@ function save(ckpt: Checkpoint): string | null {
     try {
       if (!existsSync(dir)) mkdirSync(dir, { recursive: true });
       if (!writableDir(dir)) continue;
-      const tmp = `${path}.${process.pid}.tmp`;
-      try {
-        writeFileSync(tmp, JSON.stringify(body));
-        renameSync(tmp, path);
-        return path;
-      } finally {
-        rmSync(tmp, { force: true });
-      }
+      writeFileAtomic(path, "the index cache", "IO", JSON.stringify(body));
+      return path;
     } catch {
       /* try the next location; a cache that cannot be written only costs time */
     }

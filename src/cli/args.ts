@@ -10,7 +10,11 @@
 //   --                            everything after it is an operand
 //   -                             an operand (stdin, for the commands that take it)
 // Aliases come from the table: one letter → `-x`, longer → `--name` (e.g. --temp, --ctx-size).
-// Unknown options and extra operands are USAGE errors naming them (with a suggestion).
+// Unknown options and extra operands are USAGE errors naming them (with a suggestion). So are, for
+// every option of every command (the class, not a list of flags):
+//   - an empty value (`--ram ""`, `--ram=`, `-n=`): never "the default", never "no key";
+//   - an option given twice (`--trunk a --trunk b`, `-n 4 --gen 8`), unless its description says
+//     "(repeatable" (`--stop`, `--alias`, `--cors`): the help text and the parser cannot disagree.
 import type { ArgDef, ArgsDef } from "citty";
 import { K3Error } from "../errors.ts";
 
@@ -18,6 +22,8 @@ export interface OptionSpec {
   /** The option's name in the table (the key commands read). */
   name: string;
   type: "string" | "boolean";
+  /** May be given more than once (every value is read with repeatedValues). */
+  repeatable: boolean;
   /** Long spellings, the name first. */
   long: string[];
   /** One-letter spellings. */
@@ -44,6 +50,7 @@ export function argTable(defs: ArgsDef): ArgTable {
     const spec: OptionSpec = {
       name,
       type: def.type === "boolean" ? "boolean" : "string",
+      repeatable: isRepeatable(def),
       long: [name, ...aliases.filter((a) => a.length > 1)],
       short: aliases.filter((a) => a.length === 1),
       def,
@@ -89,19 +96,36 @@ export function parseCommandLine(table: ArgTable, argv: string[], command: strin
   return { args, rawArgs: [...canonical, "--", ...operands] };
 }
 
+/** An option that may repeat says so in its description ("(repeatable)", "(repeatable; …)"). */
+export const isRepeatable = (def: ArgDef): boolean => /\(repeatable\b/.test(def.description ?? "");
+
 /** One pass over `argv`: option values (and their canonical long form), operands, and what was
- *  wrong (unknown options, missing or bad values), all collected for parseCommandLine to report. */
+ *  wrong (unknown options, missing, empty, repeated or bad values), all collected for
+ *  parseCommandLine to report. */
 function scanArgv(table: ArgTable, argv: string[]) {
   const values: Record<string, string | boolean | undefined> = {};
   const canonical: string[] = [];
   const operands: string[] = [];
   const unknown: string[] = [];
   const problems: string[] = [];
-  const setString = (o: OptionSpec, v: string) => {
+  const given = new Map<string, string>(); // option name → the spelling first used
+  const once = (o: OptionSpec, spelling: string): boolean => {
+    const first = given.get(o.name);
+    if (first !== undefined && !o.repeatable) {
+      problems.push(`${spelling} given twice${first === spelling ? "" : ` (also as ${first})`}: it takes one value; give it once`);
+      return false;
+    }
+    given.set(o.name, spelling);
+    return true;
+  };
+  const setString = (o: OptionSpec, v: string, spelling: string) => {
+    if (v === "") return void problems.push(`${spelling} needs a value, got an empty one`);
+    if (!once(o, spelling)) return;
     values[o.name] = v;
     canonical.push(`--${o.name}=${v}`);
   };
-  const setBool = (o: OptionSpec, v: boolean) => {
+  const setBool = (o: OptionSpec, v: boolean, spelling: string) => {
+    if (!once(o, spelling)) return;
     values[o.name] = v;
     canonical.push(v ? `--${o.name}` : `--no-${o.name}`);
   };
@@ -119,7 +143,7 @@ function scanArgv(table: ArgTable, argv: string[]) {
       const opt = table.byLong.get(name);
       const negated = !opt && name.startsWith("no-") ? table.byLong.get(name.slice(3)) : undefined;
       if (negated?.type === "boolean" && inline === undefined) {
-        setBool(negated, false);
+        setBool(negated, false, `--${name}`);
         continue;
       }
       if (!opt) {
@@ -127,14 +151,14 @@ function scanArgv(table: ArgTable, argv: string[]) {
         continue;
       }
       if (opt.type === "boolean") {
-        if (inline === undefined || inline === "true") setBool(opt, true);
-        else if (inline === "false") setBool(opt, false);
+        if (inline === undefined || inline === "true") setBool(opt, true, `--${name}`);
+        else if (inline === "false") setBool(opt, false, `--${name}`);
         else problems.push(`--${name} takes no value (got "${inline}")`);
         continue;
       }
       const v = inline ?? argv[++i];
       if (v === undefined) problems.push(`--${name} needs a value`);
-      else setString(opt, v);
+      else setString(opt, v, `--${name}`);
       continue;
     }
     if (a.startsWith("-") && a.length > 1) {
@@ -144,12 +168,12 @@ function scanArgv(table: ArgTable, argv: string[]) {
         continue;
       }
       if (opt.type === "boolean") {
-        setBool(opt, true);
+        setBool(opt, true, a);
         continue;
       }
       const v = a.length > 2 ? a.slice(a[2] === "=" ? 3 : 2) : argv[++i];
       if (v === undefined) problems.push(`${a} needs a value`);
-      else setString(opt, v);
+      else setString(opt, v, a.slice(0, 2));
       continue;
     }
     operands.push(a);

@@ -4,6 +4,7 @@
 // error (exit 2) in milliseconds, never a failure after minutes of loading.
 import type { ArgsDef } from "citty";
 import { accessSync, constants, statSync } from "node:fs";
+import { writeTarget } from "../files.ts";
 import { availableParallelism } from "node:os";
 import { dirname, resolve } from "node:path";
 import { Engine, ISA_NAMES, parseSpeculate, POLICY_NAMES, TRUNK_FORMATS, type EngineOptions } from "../engine.ts";
@@ -117,7 +118,7 @@ export function engineOptions(args: EngineArgs): EngineOptions {
     policy: oneOf(args.policy, "--policy", "policy", "lfru") as EngineOptions["policy"],
     ioThreads: positiveInt(args["io-threads"], "--io-threads"),
     verify: args.verify ?? false,
-    trace: args.trace,
+    trace: args.trace === undefined ? undefined : (checkWritableFile(args.trace, "--trace"), args.trace),
     allowOverRam: args["allow-over-ram"] ?? false,
     speculate: parseSpeculate(args.speculate ?? "auto", "--speculate"),
     trunk: oneOf(args.trunk, "--trunk", "trunk", "bf16") as EngineOptions["trunk"],
@@ -178,7 +179,9 @@ export async function readStdin(): Promise<string> {
   return await new Response(Bun.stdin.stream()).text();
 }
 
-/** A file k3 will write after a long generation: refuse now what would fail then. */
+/** A file k3 will write after a long load or generation (--save-session, --trace): refuse now what
+ *  would fail then. Only a regular file or a new path is written (src/files.ts): a device node,
+ *  FIFO, socket or directory there is refused, as is a missing or read-only folder. */
 export function checkWritableFile(path: string, flag: string): void {
   const target = resolve(path);
   let st;
@@ -187,7 +190,8 @@ export function checkWritableFile(path: string, flag: string): void {
   } catch {
     // does not exist yet: its folder must
   }
-  if (st?.isDirectory()) throw new K3Error("USAGE", `${flag} ${path} is a folder; name a file in it (e.g. ${path.replace(/\/$/, "")}/session.k3s)`);
+  if (st?.isDirectory()) throw new K3Error("USAGE", `${flag} ${path} is a folder; name a file in it (e.g. ${path.replace(/\/$/, "")}/${flag === "--trace" ? "trace.jsonl" : "session.k3s"})`);
+  writeTarget(path, `the ${flag} file`, "USAGE");
   try {
     accessSync(st ? target : dirname(target), constants.W_OK);
   } catch {

@@ -77,7 +77,7 @@ export function renderCommandHelp(name: string, cmd: K3Command<any>, stream: { i
     ["Sampling options", table.options.filter((o) => o.name in samplingArgs)],
     ["Engine options", table.options.filter((o) => o.name in engineArgs)],
   ];
-  groups[0]![1].push({ name: "help", type: "boolean", long: ["help"], short: ["h"], def: { type: "boolean", description: "show this help" } });
+  groups[0]![1].push({ name: "help", type: "boolean", repeatable: false, long: ["help"], short: ["h"], def: { type: "boolean", description: "show this help" } });
   for (const [title, opts] of groups) if (opts.length) out.push(st.bold(`${title}:`), ...columns(opts.map(optionRow), st), "");
   for (const n of h.notes ?? []) out.push(wrap(n, 96), "");
   if (h.examples?.length) out.push(st.bold("Examples:"), ...h.examples.flatMap(([c, what]) => [`  ${st.cyan(c)}`, `      ${what}`]), "");

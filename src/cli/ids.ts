@@ -17,7 +17,11 @@ export function parseIds(input: string, what: string): number[] {
     if (!Array.isArray(list)) throw new K3Error("USAGE", `${what}: JSON ids must be [...] or {"ids":[...]}`);
     values = list;
   } else {
-    values = trimmed === "" ? [] : trimmed.split(/[\s,]+/).map((s) => (/^\d+$/.test(s) ? Number(s) : s));
+    // Separators are whitespace or one comma (spaces around it allowed): "5,,6", a leading or a
+    // trailing comma is a missing id, refused, not skipped.
+    const items = trimmed === "" ? [] : trimmed.split(/\s*,\s*|\s+/);
+    if (items.includes("")) throw new K3Error("USAGE", `${what}: an empty id between commas in "${trimmed.length > 60 ? `${trimmed.slice(0, 57)}...` : trimmed}"`, ["separate ids with one comma or with spaces, e.g. 1,2,3"]);
+    values = items.map((s) => (/^\d+$/.test(s) ? Number(s) : s));
   }
   const bad = values.filter((v) => typeof v !== "number" || !Number.isSafeInteger(v) || v < 0);
   if (bad.length) throw new K3Error("USAGE", `${what}: not token ids: ${bad.slice(0, 5).map((v) => JSON.stringify(v)).join(", ")} (expected non-negative integers)`);

@@ -1,5 +1,6 @@
 // The chat REPL's /commands: one table, so /help and the dispatcher cannot disagree.
-import { readFileSync, writeFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
+import { writeFileAtomic } from "../files.ts";
 import type { ChatOptions, ChatResult } from "../conversation.ts";
 import type { ChatMessage, Engine, Session } from "../engine.ts";
 import { K3Error } from "../errors.ts";
@@ -41,9 +42,9 @@ const COMMANDS: Record<string, Command> = {
     run(arg, s, say) {
       if (!arg) throw new K3Error("USAGE", "/save needs a file name");
       try {
-        writeFileSync(arg, `${JSON.stringify(s.messages, null, 2)}\n`);
+        writeFileAtomic(arg, "the conversation", "IO", `${JSON.stringify(s.messages, null, 2)}\n`);
       } catch (err) {
-        throw new K3Error("IO", `cannot save the conversation to ${arg}: ${(err as Error).message}`);
+        throw err instanceof K3Error ? err : new K3Error("IO", `cannot save the conversation to ${arg}: ${(err as Error).message}`);
       }
       say(`saved ${s.messages.length} messages to ${arg}`);
     },

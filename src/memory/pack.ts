@@ -15,14 +15,14 @@
 // Where: `k3-trunk-int4.k3pack` next to the model when that folder can take it, else (read-only
 // folder, a Hugging Face download k3 must not write into) k3's cache folder ($XDG_CACHE_HOME/k3/
 // packs/). Written to a temp file and renamed: never a partial pack.
-import { closeSync, existsSync, fstatSync, openSync, readSync, renameSync, rmSync, writeSync } from "node:fs";
+import { closeSync, existsSync, openSync, readSync } from "node:fs";
 import { basename, join } from "node:path";
 import { toArrayBuffer } from "bun:ffi";
 import { cachePath, ensureCacheDir } from "../cache-dir.ts";
 import type { Checkpoint } from "../checkpoint/catalogue.ts";
 import type { ModelConfig } from "../checkpoint/types.ts";
 import { K3Error } from "../errors.ts";
-import { writableDir } from "../files.ts";
+import { openRegularFile, writableDir, writeAll, writeFileAtomic } from "../files.ts";
 import { K3_STATUS, loadKernels, type Kernels } from "../kernels.ts";
 import { CBuffers } from "../model/cmem.ts";
 import { HEAD_MATRICES, layerMatrices } from "../model/walk.ts";
@@ -143,30 +143,22 @@ export function writePack(k: Kernels, ckpt: Checkpoint, format: Exclude<TrunkFor
   const { tensors, dataEnd } = packLayout(ckpt.config, exact, format);
   const local = join(ckpt.dir, fileName(format));
   const path = !ckpt.download && writableDir(ckpt.dir) ? local : join(ensureCacheDir("packs"), basename(cachedPackPath(ckpt, format)));
-  const tmp = `${path}.${process.pid}.tmp`;
   const totalBytes = exact.flat().reduce((a, t) => a + t.bytes, 0);
-  let out = -1;
-  let data: PackedData;
-  try {
-    out = openSync(tmp, "w");
-    writeSync(out, Buffer.from(MAGIC.padEnd(DATA_START, "\0")), 0, DATA_START, 0);
+  let data: PackedData | undefined;
+  // A temp file renamed into place: a full disk leaves no partial pack; a directory, FIFO or
+  // device at the pack's path is refused naming that path.
+  writeFileAtomic(path, "the packed trunk", "IO", (out) => {
+    writeAll(out, Buffer.from(MAGIC.padEnd(DATA_START, "\0")), 0);
     data = writePackData(k, ckpt.config, exact, tensors, format, out, (done) => onProgress?.(done, totalBytes));
     const header = packHeader(ckpt, format, tensors, dataEnd, data.crcs);
     const tail = Buffer.alloc(TAIL);
     tail.writeBigUInt64LE(BigInt(header.byteLength), 0);
     tail.writeUInt32LE(k.k3_crc32c(0, header, header.byteLength), 8);
     tail.write(MAGIC, 16, "latin1");
-    writeSync(out, header, 0, header.byteLength, dataEnd);
-    writeSync(out, tail, 0, TAIL, dataEnd + header.byteLength);
-    closeSync(out);
-    out = -1;
-    renameSync(tmp, path);
-  } catch (err) {
-    if (out >= 0) closeSync(out);
-    rmSync(tmp, { force: true }); // a full disk must not leave a partial pack behind
-    throw err;
-  }
-  const { packedMatrices, err } = data;
+    writeAll(out, header, dataEnd);
+    writeAll(out, tail, dataEnd + header.byteLength);
+  });
+  const { packedMatrices, err } = data!;
   return { path, format, fileBytes: Bun.file(path).size, sourceBytes: totalBytes, packedMatrices, exactTensors: tensors.flat().length - packedMatrices, weightError: { rms: Math.sqrt(err[0]! / err[1]!), worstRow: Math.sqrt(err[2]!) }, ms: performance.now() - t0 };
 }
 
@@ -217,7 +209,7 @@ function writePackData(k: Kernels, cfg: ModelConfig, exact: TrunkTensor[][], ten
         if (got !== bytes) throw new K3Error("IO", `${s.file}: short read of ${t.name} at offset ${off} (${got} of ${bytes} bytes)`);
         if (!t.scales) {
           // Copied exactly (cores, MLA's kv_b, matrices whose columns are not whole groups).
-          writeSync(out, view(src.ptr, bytes), 0, bytes, b.parts[0]!.offset);
+          writeAll(out, view(src.ptr, bytes), b.parts[0]!.offset);
           crcs[b.key] = k.k3_crc32c(0, src.ptr, bytes);
         } else {
           const [data, scales] = b.parts as [Part, Part];
@@ -225,8 +217,8 @@ function writePackData(k: Kernels, cfg: ModelConfig, exact: TrunkTensor[][], ten
           if (st === K3_STATUS.nonfinite) throw new K3Error("CHECKPOINT", `${t.name} rows ${b.r0}..${b.r1 - 1} hold NaN or infinite weights: this model cannot be packed (check it with k3 verify)`);
           if (st !== K3_STATUS.ok) throw new K3Error("INTERNAL", `k3_quantize_bf16 refused ${t.name} (${n}×${t.shape[1]}, status ${st})`);
           k.k3_quant_error(src.ptr, n, t.shape[1]!, bits, dst.ptr, (dst.ptr + data.bytes) as any, err);
-          writeSync(out, view(dst.ptr, data.bytes), 0, data.bytes, data.offset);
-          writeSync(out, view(dst.ptr + data.bytes, scales.bytes), 0, scales.bytes, scales.offset);
+          writeAll(out, view(dst.ptr, data.bytes), data.offset);
+          writeAll(out, view(dst.ptr + data.bytes, scales.bytes), scales.offset);
           crcs[b.key] = k.k3_crc32c(0, dst.ptr, data.bytes + scales.bytes);
         }
         doneBytes += bytes;
@@ -276,10 +268,8 @@ export function loadPack(ckpt: Checkpoint, format: Exclude<TrunkFormat, "bf16">)
   let fileBytes = 0;
   let hlen = 0;
   try {
-    fd = openSync(path, "r");
-    const st = fstatSync(fd);
-    if (!st.isFile()) bad("not a regular file");
-    fileBytes = st.size;
+    // A regular file only, opened without blocking: a FIFO at the pack's path must not hang.
+    ({ fd, bytes: fileBytes } = openRegularFile(path, "packed trunk", "CHECKPOINT"));
     if (fileBytes < DATA_START + TAIL) bad(`${fileBytes} bytes: too short for a packed trunk`);
     const tail = Buffer.alloc(TAIL);
     readSync(fd, tail, 0, TAIL, fileBytes - TAIL);

@@ -39,6 +39,7 @@ import { K3Error } from "../errors.ts";
 import type { ModelConfig } from "../checkpoint/types.ts";
 import { autoDrafts, forwardBufferBytes, kdaStateBytes, mlaCacheBytes, passShape } from "../model/buffers.ts";
 import { embedRowBufferBytes } from "./embed-rows.ts";
+import { formatBytes, formatBytesApart } from "../format.ts";
 import { gib } from "./ram.ts";
 
 /** Bun + catalogue + tokenizer + JIT/GC growth. Measured: 206 MB RSS after the release's metadata
@@ -374,6 +375,11 @@ export function chooseChunk(candidates: ChunkCandidate[], promptTokens: number, 
 export function planMemory(input: PlanInput): MemoryPlan {
   const prompt = input.promptTokens ?? REFERENCE_PROMPT;
   if (!Number.isInteger(prompt) || prompt < 1) throw new K3Error("USAGE", `prompt length must be ≥ 1 token, got ${prompt}`);
+  // A RAM tier bigger than the whole budget it lives in: said with the real limit, not as a floor
+  // (nor as "must be ≥ 0 bytes" for a size past what a double counts exactly).
+  const prefix = input.prefixCacheBytes ?? 0;
+  if (prefix > input.budgetBytes)
+    throw new K3Error("USAGE", `the prefix cache's RAM tier (${formatBytes(prefix)}) is more than the whole RAM budget ${gib(input.budgetBytes)} it lives inside`, [prefixCacheLimit(input)]);
   if (input.prefillChunk !== undefined)
     return { ...planAt(input, input.prefillChunk), chunkChoice: { source: "given", promptTokens: prompt, candidates: [], why: "given (--chunk)" } };
   const plans = new Map<number, FixedPlan>();
@@ -483,12 +489,13 @@ function refuseBelowFloor(input: PlanInput, chunk: number): void {
   if (floor <= budgetBytes) return;
   const maxContext = maxContextAt(input, chunk);
   const sessions = parallelOf(input) > 1 ? ` and ${parallelOf(input)} sessions` : "";
-  throw new K3Error("BUDGET", `RAM budget ${gib(budgetBytes)} is below the floor ${gib(floor)} for a ${contextTokens}-token context${sessions}`, [
+  const [budgetText, floorText] = formatBytesApart(budgetBytes, floor);
+  throw new K3Error("BUDGET", `RAM budget ${budgetText} is below the floor ${floorText} for a ${contextTokens}-token context${sessions}`, [
     `need ${floor} bytes (${gib(floor)}): whole trunk streamed through the rings at their minimum, ${cfg.topK} expert slots`,
     `usable ${budgetBytes} bytes (${gib(budgetBytes)})`,
     maxContext > 0 ? `at this budget the context could be at most ${maxContext} tokens (--context ${maxContext})` : "no context length fits this budget",
     ...(parallelOf(input) > 1 ? [`${parallelOf(input)} parallel sessions: at most ${maxParallelAt(input, chunk)} fit this budget (--parallel)`] : []),
-    ...((input.prefixCacheBytes ?? 0) > 0 ? [`the prefix cache's RAM tier takes ${gib(input.prefixCacheBytes!)}`] : []),
+    ...((input.prefixCacheBytes ?? 0) > 0 ? [prefixCacheLimit(input, chunk)] : []),
   ]);
 }
 
@@ -549,6 +556,19 @@ export function maxContextAt(input: PlanInput, chunk = input.prefillChunk ?? DEF
     else hi = mid;
   }
   return lo;
+}
+
+/** The most RAM the prefix cache's tier may take at this budget: what the floor without it leaves. */
+export function maxPrefixCacheAt(input: PlanInput, chunk = input.prefillChunk ?? DEFAULT_PREFILL_CHUNK): number {
+  return Math.max(0, input.budgetBytes - floorBytes({ ...input, prefixCacheBytes: 0 }, chunk));
+}
+
+/** "the prefix cache's RAM tier takes X; at most Y fits this budget": the real limit, in bytes
+ *  too when it is small. */
+export function prefixCacheLimit(input: PlanInput, chunk = input.prefillChunk ?? DEFAULT_PREFILL_CHUNK): string {
+  const max = maxPrefixCacheAt(input, chunk);
+  const most = max > 0 ? `at most ${gib(max)} (${max} bytes) fits this budget beside the model` : "none fits this budget beside the model";
+  return `the prefix cache's RAM tier takes ${formatBytes(input.prefixCacheBytes ?? 0)}: ${most} (--prefix-cache-ram; 0 = no RAM tier)`;
 }
 
 /** Most sessions (≤ MAX_PARALLEL) whose floor fits the budget at this context (0 if none). */

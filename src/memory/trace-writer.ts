@@ -1,19 +1,16 @@
 // `--trace FILE`: the routing the engine actually used, one JSON line per token in the format of
 // reference/traces (`{"tok": n, "layers": [[top-k ids of MoE layer 0], …]}`, MoE layers
 // in order, ids in router rank order), so `k3 simulate-cache` can replay real K3 routing.
-import { closeSync, openSync, writeSync } from "node:fs";
-import { K3Error } from "../errors.ts";
+import { closeSync } from "node:fs";
+import { openWriteStream, writeAll } from "../files.ts";
 
 export class TraceWriter {
   private fd: number;
   private rows: number[][][] = []; // [token of the chunk][MoE layer][rank]
 
   constructor(readonly path: string) {
-    try {
-      this.fd = openSync(path, "w");
-    } catch (err) {
-      throw new K3Error("USAGE", `cannot write the trace file ${path}: ${(err as Error).message}`);
-    }
+    // A regular file or a new path only (never a FIFO, device or directory), refused naming it.
+    this.fd = openWriteStream(path, "the trace file", "USAGE");
   }
 
   /** Router output of one MoE layer for the T tokens of the current chunk (idx is [T][K]). */
@@ -29,7 +26,7 @@ export class TraceWriter {
   flush(pos0: number, keep = this.rows.length): void {
     let text = "";
     this.rows.slice(0, keep).forEach((layers, t) => (text += `${JSON.stringify({ tok: pos0 + t, layers })}\n`));
-    if (text) writeSync(this.fd, text);
+    if (text) writeAll(this.fd, Buffer.from(text));
     this.rows = [];
   }
 

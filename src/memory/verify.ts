@@ -15,7 +15,7 @@
 // Where the file lives: `k3-checksums.json` next to the model when that folder can take it, else
 // (read-only folder, full disk, a Hugging Face download k3 must not write into) in k3's cache
 // folder. A write that fails leaves no partial file behind.
-import { existsSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { basename, join } from "node:path";
 import { cachePath, ensureCacheDir } from "../cache-dir.ts";
 import type { Checkpoint } from "../checkpoint/catalogue.ts";
@@ -23,7 +23,7 @@ import { readSafetensorsHeader } from "../checkpoint/safetensors.ts";
 import { expertTensorNames, LM_MODEL_PREFIX } from "../checkpoint/shapes.ts";
 import type { TensorEntry } from "../checkpoint/types.ts";
 import { K3Error } from "../errors.ts";
-import { readRegularFile } from "../files.ts";
+import { readRegularFile, writeFileAtomic } from "../files.ts";
 import type { Kernels } from "../kernels.ts";
 import { CBuffers } from "../model/cmem.ts";
 import { blockCrc } from "./pieces.ts";
@@ -258,14 +258,12 @@ function writeChecksumFile(ckpt: Checkpoint, sums: Checksums): string {
   });
   const failures: string[] = [];
   for (const path of candidatePaths(ckpt)) {
-    const tmp = `${path}.${process.pid}.tmp`;
     try {
       if (path !== localPath(ckpt)) ensureCacheDir("checksums");
-      writeFileSync(tmp, text);
-      renameSync(tmp, path);
+      // No partial file on a full disk; a directory or FIFO at the path is refused, naming it.
+      writeFileAtomic(path, "the checksums", "IO", text);
       return path;
     } catch (e) {
-      rmSync(tmp, { force: true }); // a full disk must not leave a partial file behind
       failures.push(e instanceof K3Error ? e.message : `${path}: ${(e as Error).message}`);
     }
   }

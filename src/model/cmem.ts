@@ -58,10 +58,14 @@ export class CBuffers {
   }
 
   free(): void {
-    for (const b of this.bufs) {
-      this.k.k3_mem_free(b.ptr);
+    const bufs = this.bufs;
+    this.bufs = [];
+    let refused = 0;
+    for (const b of bufs) {
+      if (this.k.k3_mem_free(b.ptr) !== 0) refused++;
       liveBytes -= b.bytes;
     }
-    this.bufs = [];
+    // k3_mem_free refuses a pointer it no longer holds (nothing is touched): a double free here.
+    if (refused) throw new K3Error("INTERNAL", `${refused} C buffer${refused > 1 ? "s were" : " was"} freed twice`);
   }
 }

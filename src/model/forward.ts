@@ -71,6 +71,7 @@ export function checkKernelLimits(k: Kernels, cfg: ModelConfig): void {
     [sources <= lim.attnResSources, `${sources} AttnRes sources > ${lim.attnResSources} (k3_attnres_mix's limit)`],
     [cfg.latent % lim.mxfp4Group === 0 && cfg.moeInter % lim.mxfp4Group === 0, `routed_expert_hidden_size ${cfg.latent} and moe_intermediate_size ${cfg.moeInter} must be multiples of ${lim.mxfp4Group} (MXFP4 groups)`],
     [cfg.convKernel === lim.kdaConvWidth, `short_conv_kernel_size ${cfg.convKernel}: the KDA conv kernel is width ${lim.kdaConvWidth}`],
+    [cfg.kdaHeadDim <= lim.kdaHeadDim, `linear_attn_config.head_dim ${cfg.kdaHeadDim} > ${lim.kdaHeadDim} (k3_kda_recurrent's limit)`],
   ];
   const broken = checks.filter(([ok]) => !ok).map(([, why]) => why);
   if (broken.length) throw new K3Error("CONFIG", "this config is outside what the kernels implement", broken);
@@ -143,6 +144,10 @@ export class Model {
     if (ids.length === 0) throw new K3Error("USAGE", "forward needs at least one token");
     if (state.pos + ids.length > state.maxContext)
       throw new K3Error("CONTEXT", `context limit exceeded: ${state.pos} + ${ids.length} tokens > ${state.maxContext}`);
+    // The pass's scratch (MLA's, per position) was sized for this model's context: a session made
+    // with a longer one must not run past it.
+    if (state.pos + ids.length > this.maxContext)
+      throw new K3Error("CONTEXT", `context limit exceeded: ${state.pos} + ${ids.length} tokens > ${this.maxContext}, the context this model's buffers were sized for (the session allows ${state.maxContext})`);
     for (const id of ids)
       if (!Number.isInteger(id) || id < 0 || id >= this.cfg.vocab)
         throw new K3Error("USAGE", `token id ${id} outside the vocabulary [0, ${this.cfg.vocab})`);
@@ -237,7 +242,7 @@ export class Model {
       // S ← one delta-rule step with k̂, v̂, g, β of this position (the output o is not needed: k̂
       // stands in for q, and o lands in scratch).
       const kHat = at(rec, 3 * P * F);
-      k.k3_kda_recurrent(kHat, kHat, at(rec, 4 * P * F), at(rec, 5 * P * F), at(rec, 6 * P * F), st.S.ptr, b.kda_o.ptr, H, D, 1);
+      this.checked("k3_kda_recurrent", k.k3_kda_recurrent(kHat, kHat, at(rec, 4 * P * F), at(rec, 5 * P * F), at(rec, 6 * P * F), st.S.ptr, b.kda_o.ptr, H, D, 1), `layer ${L}`);
     }
     v.kept++;
     state.pos++;
@@ -551,7 +556,7 @@ export class Model {
       const st = this.kdaState(seg.state, L);
       const row = (buf: CBuf, r: number, width = P) => at(buf.ptr, r * width * F);
       const rec = (r: number, n: number, S: Addr) =>
-        k.k3_kda_recurrent(row(b.kda_q, r), row(b.kda_k, r), row(b.kda_v, r), row(b.kda_g, r), row(b.kda_beta, r, H), S, row(b.kda_o, r), H, D, n);
+        this.checked("k3_kda_recurrent", k.k3_kda_recurrent(row(b.kda_q, r), row(b.kda_k, r), row(b.kda_v, r), row(b.kda_g, r), row(b.kda_beta, r, H), S, row(b.kda_o, r), H, D, n), `layer ${L}`);
       const drafted = seg.verify ? seg.ids.length - 1 : 0;
       if (drafted === 0) rec(seg.row0, seg.ids.length, st.S.ptr);
       else {
@@ -603,7 +608,9 @@ export class Model {
       k.k3_rmsnorm_bf16w(at(b.mla_c.ptr, c0), row, t("kv_a_layernorm.weight"), at(base), row, R, n, 1e-6);
       for (let i = 0; i < n; i++) k.k3_mem_copy(at(base, (i * row + R) * F), at(b.mla_c.ptr, c0 + (i * row + R) * F), dr * F);
       // 3–4. causal attention over positions ≤ p, no rotary, scale (dn+dr)^-0.5, kv_b absorbed
-      k.k3_mla_attend(at(b.mla_q.ptr, seg.row0 * Hm * qk * F), kvb.ptr, st.cache.ptr, at(b.mla_o.ptr, seg.row0 * Hm * c.vHead * F), b.mla_scratch.ptr, Hm, c.qkNope, dr, c.vHead, R, pos, n, 1 / Math.sqrt(qk));
+      // The cache rows and scratch floats allocated: the kernel refuses a pass that would run past either.
+      const status = k.k3_mla_attend(at(b.mla_q.ptr, seg.row0 * Hm * qk * F), kvb.ptr, st.cache.ptr, at(b.mla_o.ptr, seg.row0 * Hm * c.vHead * F), b.mla_scratch.ptr, Hm, c.qkNope, dr, c.vHead, R, pos, n, 1 / Math.sqrt(qk), Math.floor(st.cache.bytes / (row * F)), b.mla_scratch.bytes / F);
+      this.checked("k3_mla_attend", status, `layer ${L}`);
     }
     // 5. o · sigmoid(g_proj·x), then o_proj (gate before o_proj, no norm)
     this.mm(w("g_proj.weight"), x, b.mla_gate.ptr, Hm * c.vHead, E, T);

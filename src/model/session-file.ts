@@ -5,8 +5,8 @@
 // The header records the model fingerprint (config + every tensor's name, dtype and shape), the
 // buffers in order with their byte counts, and a CRC-32 of the payload; loading into another
 // model, a truncated or a corrupted file is refused with the reason.
-import { closeSync, openSync, renameSync, rmSync, writeSync } from "node:fs";
-import { openRegularFile, readAt, readRegularFile } from "../files.ts";
+import { closeSync } from "node:fs";
+import { openRegularFile, readAt, readRegularFile, writeAll, writeFileAtomic } from "../files.ts";
 import { K3Error } from "../errors.ts";
 import type { Kernels } from "../kernels.ts";
 import { checkSnapshotFits, liveViews, restoreState, type StateSnapshot } from "./snapshot.ts";
@@ -74,30 +74,13 @@ function writeStateFile(k: Kernels, state: FileState, pending: number[], fingerp
   const head = Buffer.alloc(12);
   head.write(MAGIC, 0, "latin1");
   head.writeUInt32LE(json.length, 8);
-  const tmp = `${path}.${process.pid}.tmp`;
-  try {
-    const fd = openSync(tmp, "w");
-    try {
-      writeAll(fd, head);
-      writeAll(fd, json);
-      for (const p of parts) writeAll(fd, p.view);
-    } finally {
-      closeSync(fd);
-    }
-    renameSync(tmp, path);
-  } catch (err) {
-    rmSync(tmp, { force: true }); // a failed save (a full disk) leaves no partial file behind
-    throw new K3Error("SESSION", `cannot write session file ${path}: ${(err as Error).message}`);
-  }
-}
-
-/** writeSync may write less than asked (a full disk part-way): loop, and fail on no progress. */
-function writeAll(fd: number, bytes: Uint8Array): void {
-  for (let off = 0; off < bytes.byteLength; ) {
-    const n = writeSync(fd, bytes, off, bytes.byteLength - off);
-    if (n <= 0) throw new Error(`short write (${off} of ${bytes.byteLength} bytes)`);
-    off += n;
-  }
+  // Only a regular file or a new path is written (a FIFO or device there is refused, naming it);
+  // a failed save (a full disk) leaves no partial file behind.
+  writeFileAtomic(path, "session file", "SESSION", (fd) => {
+    writeAll(fd, head);
+    writeAll(fd, json);
+    for (const p of parts) writeAll(fd, p.view);
+  });
 }
 
 /** Read a session file's header only (to check it before allocating anything). Only a regular

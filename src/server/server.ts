@@ -8,6 +8,7 @@
 // keeps a session per slot (sessions.ts), so a chat that continues an earlier one only feeds its
 // new tokens (prefix reuse in conversation.ts, and the engine's prefix cache).
 import type { Engine } from "../engine.ts";
+import { K3Error } from "../errors.ts";
 import { log } from "../log.ts";
 import { apiKeyChecker } from "./auth.ts";
 import { BodyReader, DEFAULT_BODY_LIMITS, DRAIN_BYTES, type BodyCounters, type BodyLimits } from "./body.ts";
@@ -55,6 +56,8 @@ export interface K3Server {
 const idleSeconds = (ms: number) => Math.min(255, Math.ceil(ms / 1000) + 1);
 
 export function startServer(engine: Engine, opts: ServerOptions): K3Server {
+  // An empty host would bind every interface (while a log line says the host it was given).
+  if (opts.host === "") throw new K3Error("USAGE", "the host to listen on is empty: give an address (127.0.0.1: this machine only; 0.0.0.0: every interface)");
   const cors = new CorsPolicy(opts.cors);
   const checkKey = apiKeyChecker(opts.apiKey);
   const limits = { ...DEFAULT_BODY_LIMITS, ...opts.bodies };

@@ -1,6 +1,7 @@
 // `k3 serve`: an OpenAI-compatible HTTP server (docs/SERVER.md). Runs until SIGINT / SIGTERM.
 import { K3Error } from "../../errors.ts";
 import { log } from "../../log.ts";
+import { checkApiKey } from "../../server/auth.ts";
 import { checkOrigins } from "../../server/cors.ts";
 import { startServer } from "../../server/server.ts";
 import { parseSize } from "../../inspect.ts";
@@ -43,6 +44,7 @@ export default defineCommand({
     const host = args.host ?? "127.0.0.1";
     // A key on the command line is visible in `ps`; the environment variable is the quieter way.
     const apiKey = args["api-key"] ?? process.env.K3_API_KEY;
+    if (apiKey !== undefined) checkApiKey(apiKey, args["api-key"] !== undefined ? "--api-key" : "K3_API_KEY");
     const aliases = repeatedValues(rawArgs, "--alias");
     const cors = repeatedValues(rawArgs, "--cors");
     checkOrigins(cors); // before the (long) model open
