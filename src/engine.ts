@@ -25,6 +25,7 @@ import { TraceWriter } from "./memory/trace-writer.ts";
 import { SessionState } from "./model/state.ts";
 import { loadSession as loadSessionFile, saveSession as saveSessionFile } from "./model/session-file.ts";
 import { Tokenizer } from "./text/tokenizer.ts";
+import { readGenerationDefaults, type GenerationDefaults } from "./checkpoint/generation-config.ts";
 import type { WeightProvider, WeightStats } from "./model/weights.ts";
 import { Generation, passCostPrior, peakRssBytes } from "./engine/generation.ts";
 import { openStreaming, sizeEngine } from "./engine/open.ts";
@@ -33,6 +34,7 @@ import { Session } from "./engine/session.ts";
 import { computeThreads, type ComputeThreads } from "./engine/threads.ts";
 
 export type { ModelConfig } from "./checkpoint/types.ts";
+export type { GenerationDefaults } from "./checkpoint/generation-config.ts";
 export type { WeightStats } from "./model/weights.ts";
 export type { BatchStats, StepRecord } from "./batch/scheduler.ts";
 export type { PrefixCacheStats } from "./batch/prefix-cache.ts";
@@ -214,6 +216,23 @@ export class Engine {
   /** Tokens per prefill pass (EngineOptions.chunk, else the planner's choice). */
   get prefillChunk(): number {
     return this.passes.model.chunk;
+  }
+
+  /** Drafts a verify pass has room for (0: this engine does not speculate). */
+  get maxDrafts(): number {
+    return this.passes.model.drafts;
+  }
+
+  /** Who drafts for speculation (none when the engine does not speculate). */
+  get drafters(): string[] {
+    return this.maxDrafts > 0 ? ["ngram"] : [];
+  }
+
+  private genDefaults?: GenerationDefaults;
+  /** The sampling defaults of the model folder's generation_config.json ({} without one); read
+   *  once; K3Error CONFIG for a file that is there but wrong. */
+  generationDefaults(): GenerationDefaults {
+    return (this.genDefaults ??= readGenerationDefaults(this.dir));
   }
 
   /** Compute threads this engine asked the (process-wide) pool for. */

@@ -27,8 +27,14 @@ export function watchSessions(engine: Engine): { sessions: Session[]; stop(): vo
   return { sessions, stop: () => void (engine.createSession = create) };
 }
 
-export function serve(engine: Engine, opts: Partial<ServerOptions> = {}): K3Server {
-  return startServer(engine, { modelName: "tiny-a", port: 0, ...opts });
+/** A server on `engine` as `k3 serve --temperature 0 --reasoning-budget none` starts one: requests
+ *  that name no temperature are greedy and reasoning has no budget, so the tests here compare
+ *  with the engine's own greedy output. The defaults clients meet (temperature from the model
+ *  folder or 1.0, a fresh seed, half of max_tokens for reasoning) are tested with `defaults: true`
+ *  (test/server-defaults.test.ts) and through the binary. */
+export function serve(engine: Engine, opts: Partial<ServerOptions> & { defaults?: boolean } = {}): K3Server {
+  const { defaults, ...rest } = opts;
+  return startServer(engine, { modelName: "tiny-a", port: 0, ...(defaults ? {} : { temperature: 0, reasoningBudget: null }), ...rest });
 }
 
 /** A tiny engine and a server on it for the tests of the enclosing describe block (opened before
