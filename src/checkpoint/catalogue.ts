@@ -89,12 +89,19 @@ function sameShape(a: readonly number[], b: readonly number[]): boolean {
   return a.length === b.length && a.every((x, i) => x === b[i]);
 }
 
+/** A model folder that is not there, or not a folder: K3Error CHECKPOINT (exit 4), however the
+ *  command was given it (operand, -m, $K3_MODEL); the same words everywhere. */
+export function checkModelFolder(root: string): void {
+  if (!existsSync(root)) fail(`${root}: no such model folder (it does not exist)`, ["expected a folder with config.json and *.safetensors"]);
+  if (!statSync(root).isDirectory()) fail(`${root}: not a model folder (it is a file)`, ["expected a folder with config.json and *.safetensors"]);
+}
+
 /** Open and fully validate a checkpoint directory (a plain folder, or a Hugging Face repo folder
  *  or snapshot: model-folder.ts). Reads headers only, never tensor data. */
 export function openCheckpoint(dir: string, onProgress?: (done: number, total: number) => void): Checkpoint {
   const folder = resolveModelFolder(dir);
   const root = folder.dir;
-  if (!existsSync(root) || !statSync(root).isDirectory()) fail(`${root}: not a checkpoint directory`, ["expected a directory with config.json and *.safetensors"]);
+  checkModelFolder(root);
   const config = readConfig(join(root, "config.json"));
 
   // 1. Which shards: the index names them, else every *.safetensors in the directory.

@@ -7,12 +7,18 @@
 //                                 looks like: `--prompt -x` prompts "-x")
 //   --name | --no-name            a boolean option (also --name=true / --name=false)
 //   -x VALUE | -xVALUE | -x       a one-letter alias (llama.cpp style: -n 16, -t4); no bundling
+//   -ngl VALUE                    llama.cpp's one-dash long flags in ONE_DASH_LONG, as written in
+//                                 its recipes (else `-ngl 99` would be `-n gl` and the operand 99)
 //   --                            everything after it is an operand
 //   -                             an operand (stdin, for the commands that take it)
 // Aliases come from the table: one letter → `-x`, longer → `--name` (e.g. --temp, --ctx-size).
 // Unknown options and extra operands are USAGE errors naming them (with a suggestion).
 import type { ArgDef, ArgsDef } from "citty";
 import { K3Error } from "../errors.ts";
+
+/** llama.cpp flags spelled with one dash and several letters that k3 takes as written, when the
+ *  command's table has that long name (engineArgs: `-ngl`, accepted and ignored). */
+const ONE_DASH_LONG = new Set(["ngl"]);
 
 export interface OptionSpec {
   /** The option's name in the table (the key commands read). */
@@ -135,6 +141,14 @@ function scanArgv(table: ArgTable, argv: string[]) {
       const v = inline ?? argv[++i];
       if (v === undefined) problems.push(`--${name} needs a value`);
       else setString(opt, v);
+      continue;
+    }
+    const oneDash = a.startsWith("-") && ONE_DASH_LONG.has(a.slice(1).split("=")[0]!) ? table.byLong.get(a.slice(1).split("=")[0]!) : undefined;
+    if (oneDash) {
+      const eq = a.indexOf("=");
+      const v = eq < 0 ? argv[++i] : a.slice(eq + 1);
+      if (v === undefined) problems.push(`${a} needs a value`);
+      else setString(oneDash, v);
       continue;
     }
     if (a.startsWith("-") && a.length > 1) {

@@ -193,7 +193,7 @@ function applyEvent(m: Message, ev: any, ttft: number | null): void {
   const k = ev.k3;
   if (k && k.stop_reason) {
     m.stats = {
-      tokensPerS: k.ms_per_token > 0 && k.decode_steps > 0 ? 1000 / k.ms_per_token : null,
+      tokensPerS: k.tokens_per_s ?? null,
       ttftMs: ttft,
       bytesPerToken: k.decode_steps > 0 ? k.bytes_read_per_token : null,
       completionTokens: k.generated_tokens,

@@ -13,7 +13,7 @@ import { DEMO_MODEL_NAME, modelDirOrDemo, usesDemo } from "../demo.ts";
 import { temperatureFlag } from "../sampling-args.ts";
 
 export default defineCommand({
-  meta: { name: "serve", description: "Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, /v1/completions)" },
+  meta: { name: "serve", description: "Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, …) with a chat page at /; no model = the built-in demo" },
   args: {
     dir: { type: "positional", required: false, valueHint: "DIR", description: "model folder (default: $K3_MODEL, else the demo model)" },
     ...modelOption,
