@@ -108,10 +108,17 @@ export function openCheckpoint(dir: string, onProgress?: (done: number, total: n
   const indexPath = join(root, INDEX_FILE);
   const index = existsSync(indexPath) ? readIndex(indexPath) : null;
   let shardNames: string[];
+  // Shards the index lists only with tensors k3 never reads (the release's vision tower and
+  // mm_projector: docs/MODEL-DOWNLOAD.md) may be left out of a download; any other is needed.
+  let absent = new Set<string>();
   if (index) {
     shardNames = [...new Set(index.weightMap.values())].sort();
     const missing = shardNames.filter((f) => !existsSync(join(root, f)));
-    if (missing.length) fail(`${indexPath}: shards named by the index are missing`, missing.map((f) => `${join(root, f)}: not found`));
+    const lmShards = new Set([...index.weightMap].filter(([name]) => isLanguageModel(name)).map(([, shard]) => shard));
+    const needed = missing.filter((f) => lmShards.has(f));
+    if (needed.length) fail(`${indexPath}: shards named by the index are missing`, needed.map((f) => `${join(root, f)}: not found`));
+    absent = new Set(missing);
+    shardNames = shardNames.filter((f) => !absent.has(f));
   } else {
     shardNames = readdirSync(root).filter((f) => f.endsWith(".safetensors")).sort();
     if (shardNames.length === 0) fail(`${root}: no shards`, [`expected ${INDEX_FILE} or at least one *.safetensors file`]);
@@ -136,6 +143,7 @@ export function openCheckpoint(dir: string, onProgress?: (done: number, total: n
   // 3. The index and the headers must agree both ways.
   if (index) {
     for (const [name, shard] of index.weightMap) {
+      if (absent.has(shard)) continue; // a non-LM shard left out of the download
       const at = found.get(name);
       if (!at) problems.push(`${name}: listed in ${INDEX_FILE} under ${shard}, but in no shard header`);
       else if (basename(at.file) !== shard) problems.push(`${name}: ${INDEX_FILE} says ${shard}, but it is in ${at.file}`);
