@@ -21,6 +21,7 @@ import {
   AssistantStreamParser,
   CLOSE_THINK_OPEN_RESPONSE,
   createSampler,
+  joinReplyStats,
   renderChat,
   segmentsToIds,
   StopMatcher,
@@ -193,7 +194,7 @@ export function* streamChatIds(engine: Engine, session: Session, ids: number[], 
       const d = parser.push(piece);
       if (d.reasoningDelta || d.contentDelta) yield delta(d.reasoningDelta, d.contentDelta);
     }
-    stats = stats ? joinStats(stats, run.stats!) : run.stats!;
+    stats = stats ? joinReplyStats(stats, run.stats!) : run.stats!;
     // Budget spent while the model still thinks and tokens are left: close the think channel as a
     // rendered turn does (the engine stopped with "cancelled" for us), and answer from there.
     const left = opts.maxTokens - stats.generatedTokens;
@@ -223,46 +224,6 @@ export function* streamChatIds(engine: Engine, session: Session, ids: number[], 
     finishReason,
     usage: { promptTokens: prompt.length, completionTokens: stats.generatedTokens, cachedTokens: first.cachedTokens },
     stats,
-  };
-}
-
-/**
- * One generation's stats from two runs of the same reply (before and after a reasoning budget
- * closed the think channel). The second run's prefill (the few markup tokens) is one more
- * decode step: it reads the weights once, like a decode step.
- */
-function joinStats(a: GenerationStats, b: GenerationStats): GenerationStats {
-  const steps = a.decodeSteps + 1 + b.decodeSteps;
-  // Per-token figures are per token the decode passes decided (speculation: more than one a pass).
-  const decoded = a.decodedTokens + 1 + b.decodedTokens;
-  const decodeMs = a.decodeMs + b.prefillMs + b.decodeMs;
-  const per = (aPer: number, bTotal: number) => (aPer * a.decodedTokens + bTotal) / decoded;
-  const io = Object.fromEntries(Object.entries(a.io).map(([k, v]) => [k, typeof v === "number" ? v + (b.io[k as keyof typeof b.io] as number) : v])) as GenerationStats["io"];
-  return {
-    promptTokens: a.promptTokens,
-    generatedTokens: a.generatedTokens + b.generatedTokens,
-    prefillMs: a.prefillMs,
-    decodeMs,
-    msPerToken: decodeMs / decoded,
-    stopReason: b.stopReason,
-    io,
-    decodeSteps: steps,
-    decodedTokens: decoded,
-    ioPerToken: {
-      bytesRead: per(a.ioPerToken.bytesRead, b.io.trunkBytesRead + b.io.expertBytesRead),
-      trunkBytes: per(a.ioPerToken.trunkBytes, b.io.trunkBytesRead),
-      expertBytes: per(a.ioPerToken.expertBytes, b.io.expertBytesRead),
-      reads: per(a.ioPerToken.reads, b.io.reads),
-      hits: per(a.ioPerToken.hits, b.io.expertHits),
-      requests: per(a.ioPerToken.requests, b.io.expertRequests),
-    },
-    speculation: {
-      draftedTokens: a.speculation.draftedTokens + b.speculation.draftedTokens,
-      acceptedTokens: a.speculation.acceptedTokens + b.speculation.acceptedTokens,
-      verifyPasses: a.speculation.verifyPasses + b.speculation.verifyPasses,
-    },
-    peakRssBytes: Math.max(a.peakRssBytes, b.peakRssBytes),
-    trunk: a.trunk,
   };
 }
 

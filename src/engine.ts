@@ -25,6 +25,7 @@ import { TraceWriter } from "./memory/trace-writer.ts";
 import { SessionState } from "./model/state.ts";
 import { loadSession as loadSessionFile, saveSession as saveSessionFile } from "./model/session-file.ts";
 import { Tokenizer } from "./text/tokenizer.ts";
+import { readGenerationDefaults, type GenerationDefaults } from "./checkpoint/generation-config.ts";
 import type { WeightProvider, WeightStats } from "./model/weights.ts";
 import { Generation, passCostPrior, peakRssBytes } from "./engine/generation.ts";
 import { openStreaming, sizeEngine } from "./engine/open.ts";
@@ -33,6 +34,7 @@ import { Session } from "./engine/session.ts";
 import { computeThreads, type ComputeThreads } from "./engine/threads.ts";
 
 export type { ModelConfig } from "./checkpoint/types.ts";
+export type { GenerationDefaults } from "./checkpoint/generation-config.ts";
 export type { WeightStats } from "./model/weights.ts";
 export type { BatchStats, StepRecord } from "./batch/scheduler.ts";
 export type { PrefixCacheStats } from "./batch/prefix-cache.ts";
@@ -49,11 +51,13 @@ export { StopMatcher } from "./text/stop.ts";
 export { deeperThan, MAX_JSON_DEPTH } from "./text/json-depth.ts";
 // Which folder a path names (a Hugging Face download resolves to its snapshot), e.g. for the tokenizer.
 export { resolveModelFolder, type ModelFolder } from "./checkpoint/model-folder.ts";
+export { checkModelFolder } from "./checkpoint/catalogue.ts";
 /** The expert-cache policies an engine accepts (EngineOptions.policy). */
 export { ONLINE_POLICIES as POLICY_NAMES } from "./memory/policy/index.ts";
 // Sessions, and the compute pool's limits and defaults (src/engine/: the engine's own modules).
 export { heldPrefix, reusablePrefix, Session } from "./engine/session.ts";
 export { defaultThreads, engineLimits, ISA_NAMES, type ComputeThreads } from "./engine/threads.ts";
+export { joinReplyStats } from "./engine/reply-stats.ts";
 
 export interface EngineOptions {
   /** RAM budget preset: laptop | desktop | workstation | server | auto (default auto). */
@@ -174,8 +178,13 @@ export interface GenerationStats {
   /** Tokens the decode passes decided (emitted, or a stop token): decodeSteps plus the accepted
    *  drafts that were used. The per-token figures divide by it. */
   decodedTokens: number;
+  /** The counters of the decode passes alone (io less the prefill's). */
+  decodeIo: WeightStats;
+  /** Tokens the decode passes decided per second of decode time (null without decode). */
+  tokensPerS: number | null;
   /** Decode only: counters of the decode passes divided by the tokens they decided (= decodeSteps
-   *  without speculation; more with it: a verify pass decides 1 + accepted drafts). 0 without decode. */
+   *  without speculation; more with it: a verify pass decides 1 + accepted drafts). 0 without decode.
+   *  Derived in one place with msPerToken and tokensPerS: src/engine/reply-stats.ts. */
   ioPerToken: { bytesRead: number; trunkBytes: number; expertBytes: number; reads: number; hits: number; requests: number };
   /** Drafted / accepted tokens and verify passes (all 0 with speculation off). */
   speculation: SpeculationCounters;
@@ -214,6 +223,23 @@ export class Engine {
   /** Tokens per prefill pass (EngineOptions.chunk, else the planner's choice). */
   get prefillChunk(): number {
     return this.passes.model.chunk;
+  }
+
+  /** Drafts a verify pass has room for (0: this engine does not speculate). */
+  get maxDrafts(): number {
+    return this.passes.model.drafts;
+  }
+
+  /** Who drafts for speculation (none when the engine does not speculate). */
+  get drafters(): string[] {
+    return this.maxDrafts > 0 ? ["ngram"] : [];
+  }
+
+  private genDefaults?: GenerationDefaults;
+  /** The sampling defaults of the model folder's generation_config.json ({} without one); read
+   *  once; K3Error CONFIG for a file that is there but wrong. */
+  generationDefaults(): GenerationDefaults {
+    return (this.genDefaults ??= readGenerationDefaults(this.dir));
   }
 
   /** Compute threads this engine asked the (process-wide) pool for. */

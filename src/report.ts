@@ -36,6 +36,8 @@ export function statsJson(s: GenerationStats) {
     prefill_ms: round2(s.prefillMs),
     decode_ms: round2(s.decodeMs),
     ms_per_token: round2(s.msPerToken),
+    // Tokens the decode passes decided per second (null without decode): src/engine/reply-stats.ts.
+    tokens_per_s: s.tokensPerS === null ? null : round2(s.tokensPerS),
     decode_steps: s.decodeSteps,
     ...ioJson(s.io),
     // Decode steps only (the prefill reads each weight once per chunk, not per token).
@@ -60,8 +62,8 @@ export function timingsJson(s: GenerationStats) {
     total_ms: round2(s.prefillMs + s.decodeMs),
     ms_per_token: round2(s.msPerToken),
     prefill_tokens_per_s: s.prefillMs > 0 ? round2((s.promptTokens * 1000) / s.prefillMs) : null,
-    // msPerToken is per token the decode passes decided (a verify pass decides several).
-    decode_tokens_per_s: s.decodeMs > 0 && s.decodeSteps > 0 ? round2(1000 / s.msPerToken) : null,
+    // Per token the decode passes decided (a verify pass decides several).
+    decode_tokens_per_s: s.tokensPerS === null ? null : round2(s.tokensPerS),
   };
 }
 
@@ -116,6 +118,7 @@ export function statsLine(s: GenerationStats, pool: ComputeThreads, finishReason
     `${s.generatedTokens} tokens (prompt ${s.promptTokens})`,
     `prefill ${(s.prefillMs / 1000).toFixed(2)} s`,
     `${(s.msPerToken / 1000).toFixed(3)} s/token`,
+    s.tokensPerS === null ? "" : `${s.tokensPerS.toFixed(2)} tokens/s`,
     `read ${formatBytes(s.ioPerToken.bytesRead)}/token`,
     `hits ${s.io.expertHits}/${s.io.expertRequests}`,
     s.speculation.verifyPasses > 0 ? `drafts kept ${s.speculation.acceptedTokens}/${s.speculation.draftedTokens} in ${s.speculation.verifyPasses} passes` : "",

@@ -52,6 +52,21 @@ describe("catalogue: a valid checkpoint", () => {
     expect(t0.trunkExtent!.bytes).toBe(t0.trunkBytes);
     expect(lay.layers.map((l) => l.kind)).toEqual(["kda", "kda", "kda", "mla", "mla"]);
   });
+  test("a shard the index lists only with non-LM tensors (vision) may be absent: k3 never reads it; an LM shard may not", () => {
+    const d3 = tempDir("cat-novision");
+    writeCheckpoint(d3, { vision: "own-shard" });
+    const last = "model-00007-of-000007.safetensors";
+    expect(openCheckpoint(d3).ignored.length).toBe(2); // the vision shard is there: its tensors are noted
+    rmSync(join(d3, last));
+    const c3 = openCheckpoint(d3);
+    expect(c3.tensors.size).toBe(ck.tensors.size);
+    expect(c3.ignored).toEqual([]);
+    expect(c3.shards.map((s) => s.file)).not.toContain(join(d3, last));
+    rmSync(join(d3, "model-00003-of-000007.safetensors"));
+    const e = catchK3(() => openCheckpoint(d3));
+    expect(e.code).toBe("CHECKPOINT");
+    expect(e.problems).toEqual([`${join(d3, "model-00003-of-000007.safetensors")}: not found`]);
+  });
   test("without an index, shards come from the directory listing", () => {
     const d2 = tempDir("cat-noidx");
     writeCheckpoint(d2, { index: false });

@@ -86,9 +86,11 @@ describe("options: strict, with llama.cpp's short forms", () => {
     expect(f.code).toBe(2);
     expect(f.err).toContain("is a file, not a model folder");
     expect(f.err).toContain(`--prompt-file ${file}`);
+    // A path that does not exist: the missing model folder it names (exit 4, as with -m DIR).
     const missing = k3(["run", "/models/Kimi-K3x"]);
-    expect(missing.code).toBe(2);
-    expect(missing.err).toContain('no model folder "/models/Kimi-K3x"');
+    expect(missing.code).toBe(4);
+    expect(missing.err).toContain("/models/Kimi-K3x: no such model folder (it does not exist)");
+    expect(missing.err).toContain('k3 run --prompt "/models/Kimi-K3x"');
     const two = k3(["run", "-m", model, "a", "b"]);
     expect(two.code).toBe(2);
   });
@@ -270,7 +272,7 @@ describe("consistency", () => {
     try {
       const url = await serveUrl(p);
       const done = (await (await fetch(`${url}/v1/completions`, { method: "POST", body: JSON.stringify({ prompt: [1, 2, 3], max_tokens: 3 }) })).json()) as { k3: object };
-      expect(Object.keys(done.k3).sort()).toEqual([...Object.keys(run.stats), "token_ids"].sort());
+      expect(Object.keys(done.k3).sort()).toEqual([...Object.keys(run.stats), "token_ids", "seed"].sort());
       const stats = await (await fetch(`${url}/k3/stats`)).json();
       expect(badKeys(stats)).toEqual([]);
     } finally {

@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MAIN_EXAMPLES } from "../src/cli/help.ts";
 import { allCommands } from "../src/cli/registry.ts";
-import { compiledK3, ROOT, userEnv } from "./helpers/k3-binary.ts";
+import { compiledK3, ROOT, serveUrl, userEnv } from "./helpers/k3-binary.ts";
 import { python, runInPty } from "./helpers/pty.ts";
 
 let work: string;
@@ -48,6 +48,27 @@ const needsDownload = (line: string) => /\/models\//.test(line);
 /** `k3 chat` with nothing piped in and no --json: the REPL. */
 const interactive = (line: string) => /^(dist\/)?k3 chat\b/.test(line) && !line.includes("--json");
 
+/** `k3 serve …`: a server, run until it answers. */
+const serving = (line: string) => /^(dist\/)?k3 serve\b/.test(line);
+
+/** A `k3 serve` example: started on a free port (8080 may be taken on a test machine: `--port 0`
+ *  is added or replaces the example's port), its chat page and /v1/models must answer 200, and a
+ *  SIGTERM must stop it with exit 0. */
+async function runServe(line: string): Promise<{ line: string; code: number; err: string }> {
+  const free = /--port\s+\d+/.test(line) ? line.replace(/--port\s+\d+/, "--port 0") : `${line} --port 0`;
+  const p = Bun.spawn(["bash", "-c", `exec ${free}`], { cwd: work, env, stdin: "ignore", stdout: "pipe", stderr: "pipe" });
+  try {
+    const url = await serveUrl(p);
+    const answers = await Promise.all([fetch(`${url}/`), fetch(`${url}/v1/models`)]);
+    p.kill("SIGTERM");
+    const code = await p.exited;
+    return { line, code: answers.every((a) => a.status === 200) ? code : -1, err: answers.map((a) => a.status).join(" ") };
+  } catch (err) {
+    p.kill("SIGKILL");
+    return { line, code: -1, err: (err as Error).message.slice(-400) };
+  }
+}
+
 function run(line: string): { line: string; code: number; err: string } {
   if (interactive(line)) {
     const r = runInPty(["bash", "-c", line], env, [{ text: "/exit\r" }], "> ");
@@ -80,7 +101,7 @@ test(`README.md, docs/CLI.md and --help examples that need no download exit 0${p
       continue;
     }
     const t0 = performance.now();
-    results.push(run(line));
+    results.push(serving(line) ? await runServe(line) : run(line));
     if (process.env.K3_TEST_VERBOSE) console.log(`${((performance.now() - t0) / 1000).toFixed(1)} s  ${line}`);
   }
   const failed = results.filter((r) => r.code !== 0);

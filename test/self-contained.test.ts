@@ -86,14 +86,16 @@ describe("self-contained repository", () => {
       mkdirSync(dirname(join(clone, f)), { recursive: true });
       cpSync(join(ROOT, f), join(clone, f));
     }
-    // The copy builds its own binary, as the README's first command does (`npm run build:cli`, after
+    // The copy builds its own binary, as the README's first command does (`npm run build:webui` and `build:cli`, after
     // npm ci: node_modules is the one thing linked in, and the kernel library this checkout built).
     expect(untrackedKernelSources(tracked)).toEqual([]);
     symlinkSync(join(ROOT, "node_modules"), join(clone, "node_modules"));
     mkdirSync(join(clone, "zig-out", "lib"), { recursive: true });
     cpSync(join(ROOT, "zig-out", "lib", "libkernels.so"), join(clone, "zig-out", "lib", "libkernels.so"));
     const pkg = JSON.parse(readFileSync(join(clone, "package.json"), "utf8"));
-    const build = Bun.spawnSync(["sh", "-c", pkg.scripts["build:cli"].replace(/^bun /, `"${process.execPath}" `)], { cwd: clone, stdout: "pipe", stderr: "pipe" });
+    // build:webui (the chat page the binary embeds), then build:cli.
+    const script = ["build:webui", "build:cli"].map((s) => pkg.scripts[s].replace(/^bun /, `"${process.execPath}" `)).join(" && ");
+    const build = Bun.spawnSync(["sh", "-c", script], { cwd: clone, stdout: "pipe", stderr: "pipe" });
     expect({ code: build.exitCode, err: build.stderr.toString().slice(-400) }).toEqual({ code: 0, err: expect.any(String) });
     const bin = join(clone, "dist", "k3");
     const readme = readFileSync(join(clone, "README.md"), "utf8");

@@ -13,7 +13,7 @@ import { K3Error } from "../src/errors.ts";
 import { toApiError } from "../src/server/errors.ts";
 import type { K3Server } from "../src/server/server.ts";
 import { scratchDir, tinyModel } from "./helpers/models.ts";
-import { directGreedy, openTinyEngine, post, readSse, serve } from "./server.helpers.ts";
+import { capturedLog, directGreedy, openTinyEngine, post, readSse, serve } from "./server.helpers.ts";
 
 let engine: Engine;
 let server: K3Server;
@@ -285,8 +285,17 @@ describe("an engine that refuses to answer (all logits NaN)", () => {
     expect((await fetch(`${s.url}/health`)).status).toBe(200);
   }
 
-  test("greedy: a 500 error naming the step, never token 0; streamed: an error event, no [DONE]", () => refusesToAnswer(0));
-  test("sampled: the same", () => refusesToAnswer(1));
+  /** Each failure is logged for the operator, once, at error level (captured, not printed). */
+  async function logged(temperature: number) {
+    const { lines } = await capturedLog(() => refusesToAnswer(temperature));
+    expect(lines.map((l) => [l.level, l.text.split("\n")[0]])).toEqual([
+      [0, expect.stringMatching(/^POST \/v1\/completions: the model's logits after the prompt \(position 3\) are not finite/)],
+      [0, expect.stringMatching(/^generation failed mid-stream: the model's logits after the prompt \(position \d+\) are not finite/)],
+    ]);
+  }
+
+  test("greedy: a 500 error naming the step, never token 0; streamed: an error event, no [DONE]", () => logged(0));
+  test("sampled: the same", () => logged(1));
 });
 
 test("greedy completions through the server equal the engine's direct greedy output (k3.token_ids too)", async () => {

@@ -71,7 +71,7 @@ test("k3 serve --parallel 2 --prefix-cache-dir: the disk tier outlives the proce
   const once = async () => {
     const proc = Bun.spawn([process.execPath, "src/cli/main.ts", "serve", dir, "--port", "0", "--threads", "1", "--parallel", "2", "--chunk", "16", "--prefix-cache-dir", cache], { stdout: "pipe", stderr: "pipe" });
     const url = await serveUrl(proc);
-    const r = (await (await fetch(`${url}/v1/completions`, { method: "POST", body: JSON.stringify({ prompt, max_tokens: 4 }) })).json()) as any;
+    const r = (await (await fetch(`${url}/v1/completions`, { method: "POST", body: JSON.stringify({ prompt, max_tokens: 4, temperature: 0 }) })).json()) as any;
     proc.kill("SIGTERM");
     expect(await proc.exited).toBe(0);
     return { ids: r.k3.token_ids as number[], cached: r.usage.prompt_tokens_details?.cached_tokens ?? 0 };

@@ -4,6 +4,7 @@ import { afterAll, beforeAll } from "bun:test";
 import { connect } from "node:net";
 import { Engine, parseAssistantOutput, renderChat, segmentsToIds, type AssistantOutput, type ChatMessage, type Session } from "../src/engine.ts";
 import { startServer, type K3Server, type ServerOptions } from "../src/server/server.ts";
+import { log } from "../src/log.ts";
 import { tinyModel } from "./helpers/models.ts";
 
 /** One compute thread: what the server tests prove does not depend on the count (outputs are
@@ -27,8 +28,14 @@ export function watchSessions(engine: Engine): { sessions: Session[]; stop(): vo
   return { sessions, stop: () => void (engine.createSession = create) };
 }
 
-export function serve(engine: Engine, opts: Partial<ServerOptions> = {}): K3Server {
-  return startServer(engine, { modelName: "tiny-a", port: 0, ...opts });
+/** A server on `engine` as `k3 serve --temperature 0 --reasoning-budget none` starts one: requests
+ *  that name no temperature are greedy and reasoning has no budget, so the tests here compare
+ *  with the engine's own greedy output. The defaults clients meet (temperature from the model
+ *  folder or 1.0, a fresh seed, half of max_tokens for reasoning) are tested with `defaults: true`
+ *  (test/server-defaults.test.ts) and through the binary. */
+export function serve(engine: Engine, opts: Partial<ServerOptions> & { defaults?: boolean } = {}): K3Server {
+  const { defaults, ...rest } = opts;
+  return startServer(engine, { modelName: "tiny-a", port: 0, ...(defaults ? {} : { temperature: 0, reasoningBudget: null }), ...rest });
 }
 
 /** A tiny engine and a server on it for the tests of the enclosing describe block (opened before
@@ -155,4 +162,17 @@ export function rawRequest(port: number, data: string | Uint8Array): Promise<Raw
       resolve({ text, status: Number(/^HTTP\/1\.[01] (\d{3})/.exec(text)?.[1] ?? NaN), json, error });
     });
   });
+}
+
+/** What k3 logs (level and text) while `fn` runs, instead of writing it to the test's stderr: a
+ *  negative test checks the server's error lines rather than printing them into a passing run. */
+export async function capturedLog<T>(fn: () => Promise<T>): Promise<{ result: T; lines: { level: number; text: string }[] }> {
+  const lines: { level: number; text: string }[] = [];
+  const reporters = log.options.reporters;
+  log.setReporters([{ log: (o) => lines.push({ level: o.level, text: o.args.map(String).join(" ") }) }]);
+  try {
+    return { result: await fn(), lines };
+  } finally {
+    log.setReporters(reporters);
+  }
 }

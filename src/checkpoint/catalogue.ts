@@ -89,26 +89,43 @@ function sameShape(a: readonly number[], b: readonly number[]): boolean {
   return a.length === b.length && a.every((x, i) => x === b[i]);
 }
 
+/** A model folder that is not there, or not a folder: K3Error CHECKPOINT (exit 4), however the
+ *  command was given it (operand, -m, $K3_MODEL); the same words everywhere. */
+export function checkModelFolder(root: string): void {
+  if (!existsSync(root)) fail(`${root}: no such model folder (it does not exist)`, ["expected a folder with config.json and *.safetensors"]);
+  if (!statSync(root).isDirectory()) fail(`${root}: not a model folder (it is a file)`, ["expected a folder with config.json and *.safetensors"]);
+}
+
+/** 1. Which shards: the index names them, else every *.safetensors in the directory. Shards the
+ *  index lists only with tensors k3 never reads (the release's vision tower and mm_projector:
+ *  docs/MODEL-DOWNLOAD.md) may be left out of a download (`absent`); any other is needed. */
+function shardsToRead(root: string, indexPath: string, index: ReturnType<typeof readIndex> | null): { shardNames: string[]; absent: Set<string> } {
+  if (!index) {
+    const shardNames = readdirSync(root).filter((f) => f.endsWith(".safetensors")).sort();
+    if (shardNames.length === 0) fail(`${root}: no shards`, [`expected ${INDEX_FILE} or at least one *.safetensors file`]);
+    return { shardNames, absent: new Set() };
+  }
+  const all = [...new Set(index.weightMap.values())].sort();
+  const missing = all.filter((f) => !existsSync(join(root, f)));
+  const lmShards = new Set([...index.weightMap].filter(([name]) => isLanguageModel(name)).map(([, shard]) => shard));
+  const needed = missing.filter((f) => lmShards.has(f));
+  if (needed.length) fail(`${indexPath}: shards named by the index are missing`, needed.map((f) => `${join(root, f)}: not found`));
+  const absent = new Set(missing);
+  return { shardNames: all.filter((f) => !absent.has(f)), absent };
+}
+
 /** Open and fully validate a checkpoint directory (a plain folder, or a Hugging Face repo folder
  *  or snapshot: model-folder.ts). Reads headers only, never tensor data. */
 export function openCheckpoint(dir: string, onProgress?: (done: number, total: number) => void): Checkpoint {
   const folder = resolveModelFolder(dir);
   const root = folder.dir;
-  if (!existsSync(root) || !statSync(root).isDirectory()) fail(`${root}: not a checkpoint directory`, ["expected a directory with config.json and *.safetensors"]);
+  checkModelFolder(root);
   const config = readConfig(join(root, "config.json"));
 
   // 1. Which shards: the index names them, else every *.safetensors in the directory.
   const indexPath = join(root, INDEX_FILE);
   const index = existsSync(indexPath) ? readIndex(indexPath) : null;
-  let shardNames: string[];
-  if (index) {
-    shardNames = [...new Set(index.weightMap.values())].sort();
-    const missing = shardNames.filter((f) => !existsSync(join(root, f)));
-    if (missing.length) fail(`${indexPath}: shards named by the index are missing`, missing.map((f) => `${join(root, f)}: not found`));
-  } else {
-    shardNames = readdirSync(root).filter((f) => f.endsWith(".safetensors")).sort();
-    if (shardNames.length === 0) fail(`${root}: no shards`, [`expected ${INDEX_FILE} or at least one *.safetensors file`]);
-  }
+  const { shardNames, absent } = shardsToRead(root, indexPath, index);
 
   // 2. Every header (each validated on its own), names unique across shards.
   const problems: string[] = [];
@@ -129,6 +146,7 @@ export function openCheckpoint(dir: string, onProgress?: (done: number, total: n
   // 3. The index and the headers must agree both ways.
   if (index) {
     for (const [name, shard] of index.weightMap) {
+      if (absent.has(shard)) continue; // a non-LM shard left out of the download
       const at = found.get(name);
       if (!at) problems.push(`${name}: listed in ${INDEX_FILE} under ${shard}, but in no shard header`);
       else if (basename(at.file) !== shard) problems.push(`${name}: ${INDEX_FILE} says ${shard}, but it is in ${at.file}`);

@@ -7,6 +7,8 @@
 //                                 looks like: `--prompt -x` prompts "-x")
 //   --name | --no-name            a boolean option (also --name=true / --name=false)
 //   -x VALUE | -xVALUE | -x       a one-letter alias (llama.cpp style: -n 16, -t4); no bundling
+//   -ngl VALUE                    llama.cpp's one-dash long flags in ONE_DASH_LONG, as written in
+//                                 its recipes (else `-ngl 99` would be `-n gl` and the operand 99)
 //   --                            everything after it is an operand
 //   -                             an operand (stdin, for the commands that take it)
 // Aliases come from the table: one letter → `-x`, longer → `--name` (e.g. --temp, --ctx-size).
@@ -17,6 +19,10 @@
 //     "(repeatable" (`--stop`, `--alias`, `--cors`): the help text and the parser cannot disagree.
 import type { ArgDef, ArgsDef } from "citty";
 import { K3Error } from "../errors.ts";
+
+/** llama.cpp flags spelled with one dash and several letters that k3 takes as written, when the
+ *  command's table has that long name (engineArgs: `-ngl`, accepted and ignored). */
+const ONE_DASH_LONG = new Set(["ngl"]);
 
 export interface OptionSpec {
   /** The option's name in the table (the key commands read). */
@@ -131,7 +137,8 @@ function scanArgv(table: ArgTable, argv: string[]) {
   };
 
   for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
+    // llama.cpp's `-ngl 99` is read as `--ngl 99` (ONE_DASH_LONG), not `-n gl` and an operand.
+    const a = /^-[^-]/.test(argv[i]!) && ONE_DASH_LONG.has(argv[i]!.slice(1).split("=")[0]!) ? `-${argv[i]}` : argv[i]!;
     if (a === "--") {
       operands.push(...argv.slice(i + 1));
       break;

@@ -14,6 +14,11 @@ export function parseEffort(v: string | undefined): string | undefined {
 /** --reasoning-budget: N ≥ 0 tokens, `none` (or -1, llama.cpp's spelling) for no limit; default half of --gen. */
 export function reasoningBudget(v: string | undefined, gen: number): number | undefined {
   if (v === undefined || v === "") return Math.floor(gen / 2);
+  return reasoningBudgetFlag(v);
+}
+
+/** A --reasoning-budget value given: N ≥ 0 tokens, or undefined for `none` / -1 (no limit). */
+export function reasoningBudgetFlag(v: string): number | undefined {
   if (v === "none" || v === "-1") return undefined;
   if (v === "0") return 0;
   return positiveInt(v, "--reasoning-budget");

@@ -48,6 +48,7 @@ export const engineArgs = {
   "allow-over-ram": { type: "boolean", description: "open even when --ram / --preset is more than this machine's usable RAM (it may swap)" },
   speculate: { type: "string", valueHint: "MODE", description: "speculative decoding: auto (default) | off | N drafts per pass (same output; fewer passes over the weights where text repeats)" },
   trunk: { type: "string", valueHint: "FORMAT", description: `trunk weights: ${TRUNK_FORMATS.join(" | ")} (default bf16, exact; int8/int4 are lossy, made by \`k3 pack\`)` },
+  "n-gpu-layers": { type: "string", alias: ["ngl", "gpu-layers"], valueHint: "N", description: "llama.cpp's GPU layers (-ngl 99): accepted and ignored, k3 runs on the CPU" },
 } satisfies ArgsDef;
 
 /** A positive integer flag; refused: 0, signs, decimals, exponents, hex, and anything above `max`. */
@@ -57,6 +58,13 @@ export function positiveInt(v: string | undefined, flag: string, max = MAX_COUNT
   const n = Number(v);
   if (n > max) throw new K3Error("USAGE", `${flag} must be at most ${max}${why}, got ${v}`);
   return n;
+}
+
+/** --gen / -n: a positive count, or -1 (llama.cpp's "until the end"): until the model ends its
+ *  reply or the context is full ("context"; the caller knows the context once the model is open). */
+export function genFlag(v: string | undefined, fallback: number): number | "context" {
+  if (v === "-1") return "context";
+  return positiveInt(v, "--gen", MAX_COUNT, " (or -1: until the end)") ?? fallback;
 }
 
 /** `--ram` must carry a unit below 1 MiB: "12" would be 12 bytes, which nobody means. */
@@ -92,6 +100,15 @@ export interface EngineArgs {
   "allow-over-ram"?: boolean;
   speculate?: string;
   trunk?: string;
+  "n-gpu-layers"?: string;
+}
+
+/** -ngl N (llama.cpp's layers offloaded to a GPU): a recipe's flag that means nothing here. Its
+ *  value is still checked (a typo is not waved through), then a note says it was ignored. */
+function gpuLayersFlag(v: string | undefined): void {
+  if (v === undefined) return;
+  if (!/^(-1|\d+|auto|all)$/.test(v)) throw new K3Error("USAGE", `-ngl / --n-gpu-layers must be a number of layers (or -1, auto, all), got "${v}"`);
+  log.info(`-ngl ${v} ignored: k3 runs on the CPU and streams what does not fit in RAM (there are no GPU layers to offload)`);
 }
 
 /** Compute threads from --threads (Engine.open refuses more than the pool's limit); more than this
@@ -105,6 +122,7 @@ export function threadsFlag(v: string | undefined): number | undefined {
 
 export function engineOptions(args: EngineArgs): EngineOptions {
   if (args.preset !== undefined) oneOf(args.preset, "--preset", "preset", "auto");
+  gpuLayersFlag(args["n-gpu-layers"]);
   return {
     threads: threadsFlag(args.threads),
     context: positiveInt(args.context, "--context"),

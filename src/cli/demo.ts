@@ -39,6 +39,14 @@ export function demoDir(env: NodeJS.ProcessEnv = process.env): string {
   return cachePath(`demo-${demoPack().id}`, env);
 }
 
+/** The model id `k3 serve` gives the demo (its folder's name is an id of the pack's content). */
+export const DEMO_MODEL_NAME = "k3-demo";
+
+/** Whether a command given `arg` (or nothing) runs the demo: no model named, no $K3_MODEL. */
+export function usesDemo(arg: string | undefined): boolean {
+  return !(arg || process.env.K3_MODEL);
+}
+
 /** Model directory to open: the argument, else $K3_MODEL, else the demo model (unpacked if missing). */
 export async function modelDirOrDemo(arg: string | undefined): Promise<string> {
   const dir = arg || process.env.K3_MODEL;

@@ -90,7 +90,7 @@ export function renderCommandHelp(name: string, cmd: K3Command<any>, stream: { i
 
 /** `k3 --help`'s examples (run by test/docs-examples.test.ts, like every command's). */
 export const MAIN_EXAMPLES: [string, string][] = [
-  ['k3 run "The capital of France is"', "continue a prompt (no model given: the built-in demo, random weights)"],
+  ['k3 run "The capital of France is"', "continue a prompt (no model given: the built-in demo, a tiny model trained on English text, not K3)"],
   ['k3 run /models/Kimi-K3 "Once upon a time" -n 64', "64 tokens from a real download"],
   ["echo '{\"role\":\"user\",\"content\":\"hi\"}' | k3 chat --json --gen 64", "one chat reply as JSON"],
   ["k3 chat /models/Kimi-K3", "interactive chat (/help inside)"],

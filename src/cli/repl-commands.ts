@@ -98,16 +98,17 @@ const COMMANDS: Record<string, Command> = {
   },
   "/exit": {
     usage: "/exit",
-    what: "leave (also /quit, Ctrl-D)",
+    what: "leave (also /quit, /bye, Ctrl-D)",
     run(_arg, s) {
       s.quit = true;
     },
   },
 };
 COMMANDS["/quit"] = COMMANDS["/exit"]!;
+COMMANDS["/bye"] = COMMANDS["/exit"]!; // ollama's spelling
 
 export function helpText(): string {
-  const rows = Object.entries(COMMANDS).filter(([name]) => name !== "/quit");
+  const rows = Object.entries(COMMANDS).filter(([name]) => name !== "/quit" && name !== "/bye");
   const w = Math.max(...rows.map(([, c]) => c.usage.length));
   return [
     "commands:",

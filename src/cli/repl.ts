@@ -48,7 +48,11 @@ export async function repl(engine: Engine, start: ChatMessage[], opts: ChatOptio
       rl.setPrompt("> ");
       rl.prompt();
       const message = await input.next();
-      if (message === null) break; // Ctrl-D / Ctrl-C at the prompt
+      if (message === null) {
+        // Ctrl-D / Ctrl-C at the prompt: end the prompt's line, so the shell's prompt starts on its own.
+        process.stdout.write("\n");
+        break;
+      }
       const text = message.trim();
       if (text === "") continue;
       if (text.startsWith("/") && !text.includes("\n")) {

@@ -26,7 +26,7 @@ export interface SamplingArgs {
 
 export function samplingOptions(args: SamplingArgs, rawArgs: string[], defaultTemperature: number): Omit<GenOptions, "maxTokens"> {
   const o = {
-    temperature: num(args.temperature, "--temperature") ?? defaultTemperature,
+    temperature: temperatureFlag(args.temperature, "--temperature") ?? defaultTemperature,
     topK: int(args["top-k"], "--top-k"),
     topP: num(args["top-p"], "--top-p"),
     minP: num(args["min-p"], "--min-p"),
@@ -34,11 +34,17 @@ export function samplingOptions(args: SamplingArgs, rawArgs: string[], defaultTe
     stop: repeatedValues(rawArgs, "--stop"),
   };
   // The sampler checks ranges too, but names its own fields; say the flag here.
-  if (o.temperature < 0) throw new K3Error("USAGE", `--temperature must be ≥ 0, got ${args.temperature}`);
   if (o.topK !== undefined && o.topK < 0) throw new K3Error("USAGE", `--top-k must be ≥ 0, got ${args["top-k"]}`);
   if (o.topP !== undefined && !(o.topP > 0 && o.topP <= 1)) throw new K3Error("USAGE", `--top-p must be in (0, 1], got ${args["top-p"]}`);
   if (o.minP !== undefined && !(o.minP >= 0 && o.minP <= 1)) throw new K3Error("USAGE", `--min-p must be in [0, 1], got ${args["min-p"]}`);
   return o;
+}
+
+/** --temperature: a number ≥ 0 (0 = greedy), or undefined when not given. */
+export function temperatureFlag(v: string | undefined, flag: string): number | undefined {
+  const t = num(v, flag);
+  if (t !== undefined && t < 0) throw new K3Error("USAGE", `${flag} must be ≥ 0, got ${v}`);
+  return t;
 }
 
 function num(v: string | undefined, flag: string): number | undefined {

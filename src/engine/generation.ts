@@ -14,6 +14,7 @@ import { NgramDrafter } from "../speculate/ngram.ts";
 import { parseSpeculate, Speculator, type SpeculateSetting } from "../speculate/speculator.ts";
 import type { GenerateOptions, GenerationStats, TokenEvent } from "../engine.ts";
 import { WAIT_EVENT, type Passes } from "./passes.ts";
+import { replyStats } from "./reply-stats.ts";
 import type { Session } from "./session.ts";
 
 /** What a generation needs to know of its engine besides the passes. */
@@ -77,7 +78,7 @@ export class Generation {
     const logits = yield* this.prefill();
     // Stopped inside the prefill: the tokens fed so far stay in the session, the rest never entered
     // it (no token was produced, so no time per token either).
-    if (logits === undefined) return { ...this.stats("cancelled"), msPerToken: 0 };
+    if (logits === undefined) return this.stats("cancelled", true);
     this.logits = logits;
     this.stepMs = this.prefillMs;
     let stopReason: GenerationStats["stopReason"];
@@ -218,36 +219,28 @@ export class Generation {
     return this.opts.sampler ? this.opts.sampler.sample(logits, position) : greedy;
   }
 
-  /** The generation's figures: counters over the whole run (batched: its share of each pass),
-   *  and per decode step after the prefill. */
-  private stats(stopReason: GenerationStats["stopReason"]): GenerationStats {
+  /** The generation's figures: counters over the whole run (batched: its share of each pass), and
+   *  those of the decode steps after the prefill; the per-token ones are derived by replyStats. */
+  private stats(stopReason: GenerationStats["stopReason"], stoppedInPrefill = false): GenerationStats {
     const io = this.ioSoFar();
-    const dec = diffStats(io, this.afterPrefill);
-    // Per token decided by a decode pass: one per pass, plus the accepted drafts that were used.
-    const decided = this.decodeSteps + this.extraTokens;
-    const per = (x: number) => (decided > 0 ? x / decided : 0);
-    return {
-      promptTokens: this.promptTokens,
-      generatedTokens: this.generated,
-      prefillMs: this.prefillMs,
-      decodeMs: this.decodeMs,
-      msPerToken: decided > 0 ? this.decodeMs / decided : this.prefillMs,
-      stopReason,
-      io,
-      decodeSteps: this.decodeSteps,
-      decodedTokens: decided,
-      ioPerToken: {
-        bytesRead: per(dec.trunkBytesRead + dec.expertBytesRead),
-        trunkBytes: per(dec.trunkBytesRead),
-        expertBytes: per(dec.expertBytesRead),
-        reads: per(dec.reads),
-        hits: per(dec.expertHits),
-        requests: per(dec.expertRequests),
+    return replyStats(
+      {
+        promptTokens: this.promptTokens,
+        generatedTokens: this.generated,
+        prefillMs: this.prefillMs,
+        decodeMs: this.decodeMs,
+        stopReason,
+        io,
+        decodeIo: diffStats(io, this.afterPrefill),
+        decodeSteps: this.decodeSteps,
+        // Per token decided by a decode pass: one per pass, plus the accepted drafts that were used.
+        decodedTokens: this.decodeSteps + this.extraTokens,
+        speculation: this.spec ? { ...this.spec.counters } : { draftedTokens: 0, acceptedTokens: 0, verifyPasses: 0 },
+        peakRssBytes: peakRssBytes(),
+        trunk: this.setup.trunk,
       },
-      speculation: this.spec ? { ...this.spec.counters } : { draftedTokens: 0, acceptedTokens: 0, verifyPasses: 0 },
-      peakRssBytes: peakRssBytes(),
-      trunk: this.setup.trunk,
-    };
+      stoppedInPrefill,
+    );
   }
 }
 

@@ -2,6 +2,7 @@
 // the model answers to, the body reader, and the counters behind /k3/stats and /metrics.
 import type { Engine } from "../engine.ts";
 import { log } from "../log.ts";
+import type { AccessLog } from "./access-log.ts";
 import type { BodyReader } from "./body.ts";
 import type { ModelNames } from "./models.ts";
 import type { GenerationQueue } from "./queue.ts";
@@ -53,6 +54,14 @@ export class ServerCounters {
   }
 }
 
+/** What a request gets for the fields it leaves out (docs/SERVER.md, "Defaults"). */
+export interface RequestDefaults {
+  /** `--temperature`, else the model folder's generation_config.json, else 1.0. */
+  temperature: number;
+  /** Reasoning tokens of a chat reply: a number, null = no limit, undefined = half its max_tokens. */
+  reasoningBudget: number | null | undefined;
+}
+
 export interface ServerContext {
   engine: Engine;
   /** One session per parallel slot: a request that continues one feeds only its new tokens. */
@@ -62,6 +71,13 @@ export interface ServerContext {
   names: ModelNames;
   bodies: BodyReader;
   counters: ServerCounters;
+  defaults: RequestDefaults;
+  /** One line per request on stderr (or none). */
+  access: AccessLog;
+  /** Whether GET / serves the chat page (--no-webui: 404). */
+  webui: boolean;
+  /** The served model is k3's built-in demo (the page says so). */
+  demo: boolean;
   /** Unix seconds at start (the model's `created`). */
   created: number;
   /** Lifts the idle timeout of a request that may wait in the queue and then generate for minutes. */

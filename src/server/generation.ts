@@ -2,7 +2,7 @@
 // model (name, tokenizer, vocabulary, context: all before queueing, so a request that cannot run
 // never waits for the engine), then run it as a Job (run-job.ts), batched with the other running
 // generations, on the session the pool lends it (sessions.ts).
-import { randomUUID } from "node:crypto";
+import { randomInt, randomUUID } from "node:crypto";
 import {
   prepareChat,
   prepareCompletion,
@@ -15,24 +15,38 @@ import {
 } from "../conversation.ts";
 import { readJson, type ServerContext } from "./context.ts";
 import { badRequest, toApiError } from "./errors.ts";
-import { chatChunkJson, chatCompletionJson, completionChunkJson, completionJson, k3Json, openAiFinish, toolCallsJson, usageChunkJson, type Envelope } from "./openai.ts";
+import { chatChunkJson, chatCompletionJson, completionChunkJson, completionJson, k3Json, openAiFinish, progressChunkJson, toolCallsJson, usageChunkJson, type Envelope } from "./openai.ts";
+import { PrefillProgress } from "./progress.ts";
 import { runJob, type Job } from "./run-job.ts";
-import { parseChatRequest, parseCompletionRequest, type SamplingRequest } from "./validate.ts";
+import { parseChatRequest, parseCompletionRequest, type ChatRequest, type SamplingRequest } from "./validate.ts";
 
-/** Request fields → conversation options; the default length is "until the context is full". */
-function genOptions(ctx: ServerContext, s: SamplingRequest, shouldStop: () => boolean) {
+/** A seed for a request that sends none: a new one every request (so "regenerate" at a
+ *  temperature gives another reply), returned as `k3.seed` so the reply can be reproduced. */
+export const freshSeed = () => randomInt(0, 2 ** 32);
+
+/** Request fields → conversation options, the server's defaults filled in: the length "until the
+ *  context is full", the temperature RequestDefaults says, a fresh seed. */
+function genOptions(ctx: ServerContext, s: SamplingRequest, seed: number, shouldStop: () => boolean, progress: PrefillProgress) {
   return {
     maxTokens: s.maxTokens ?? ctx.engine.context,
-    temperature: s.temperature,
+    temperature: s.temperature ?? ctx.defaults.temperature,
     topP: s.topP,
     topK: s.topK,
     minP: s.minP,
-    seed: s.seed,
+    seed,
     stop: s.stop,
     speculate: s.speculate,
     shouldStop,
+    onPrefill: progress.onPrefill,
     batched: true,
   };
+}
+
+/** A chat reply's reasoning budget: the request's, else the server's, else half its max_tokens
+ *  (as k3 chat: half of --gen), so a small max_tokens still leaves room for an answer. */
+function reasoningBudget(ctx: ServerContext, r: ChatRequest): number | undefined {
+  const b = r.reasoningBudget !== undefined ? r.reasoningBudget : ctx.defaults.reasoningBudget !== undefined ? ctx.defaults.reasoningBudget : Math.floor((r.maxTokens ?? ctx.engine.context) / 2);
+  return b === null ? undefined : b;
 }
 
 /** Text needs the tokenizer; a model without one can only continue token ids. */
@@ -54,8 +68,9 @@ function prepared<T>(prepare: () => T, promptParam: string): T {
 type Finished = { finishReason: string; usage: { promptTokens: number; completionTokens: number; cachedTokens: number } };
 
 /** Queues a prepared job; when it has run, one line goes to the counters and the recent log. */
-function enqueue<D, R extends Finished>(ctx: ServerContext, req: Request, r: SamplingRequest, kind: "chat" | "completion", id: string, job: Omit<Job<D, R>, "done">) {
-  const done = (res: R, ms: number) =>
+function enqueue<D, R extends Finished>(ctx: ServerContext, req: Request, r: SamplingRequest, kind: "chat" | "completion", id: string, job: Omit<Job<D, R>, "done" | "ended">) {
+  const done = (res: R, ms: number) => {
+    ctx.access.generated(req, { prompt: res.usage.promptTokens, completion: res.usage.completionTokens, cached: res.usage.cachedTokens, finish: res.finishReason });
     ctx.counters.generated({
       id,
       kind,
@@ -66,8 +81,9 @@ function enqueue<D, R extends Finished>(ctx: ServerContext, req: Request, r: Sam
       max_tokens: r.maxTokens ?? ctx.engine.context,
       ms,
     });
+  };
   ctx.holdOpen(req);
-  return runJob(ctx, req, { ...job, done }, r.stream);
+  return runJob(ctx, req, { ...job, done, ended: () => ctx.access.ended(req) }, r.stream);
 }
 
 const envelope = (ctx: ServerContext, prefix: string): Envelope => ({
@@ -83,18 +99,25 @@ export async function chat(ctx: ServerContext, req: Request): Promise<Response> 
   const opts = { thinking: r.thinking, thinkingEffort: r.thinkingEffort, tools: r.tools, toolChoice: r.toolChoice, responseFormat: r.responseFormat };
   const ids = prepared(() => prepareChat(ctx.engine, r.messages, opts), "messages");
   const env = envelope(ctx, "chatcmpl");
+  const seed = r.seed ?? freshSeed();
+  const progress = new PrefillProgress(r.stream && r.includeProgress);
+  const budget = reasoningBudget(ctx, r);
   let sentRole = false;
-  const job: Omit<Job<ChatDelta, ChatResult>, "done"> = {
+  const job: Omit<Job<ChatDelta, ChatResult>, "done" | "ended"> = {
     promptParam: "messages",
     ids,
-    start: (shouldStop, session) => streamChatIds(ctx.engine, session, ids, { ...genOptions(ctx, r, shouldStop), ...opts }),
+    start: (shouldStop, session) => {
+      progress.begin();
+      return streamChatIds(ctx.engine, session, ids, { ...genOptions(ctx, r, seed, shouldStop, progress), ...opts, reasoningBudget: budget });
+    },
     chunks: (d) => {
-      const out: unknown[] = [];
+      const out: unknown[] = progress.take().map((p) => progressChunkJson(env, "chat.completion.chunk", p));
       // OpenAI's first chunk carries the role and empty content.
       if (!sentRole) {
         sentRole = true;
         out.push(chatChunkJson(env, { role: "assistant", content: "" }, null));
       }
+      if (d.reasoning || d.content) progress.firstToken();
       if (d.reasoning) out.push(chatChunkJson(env, { reasoning_content: d.reasoning }, null));
       if (d.content) out.push(chatChunkJson(env, { content: d.content }, null));
       return out;
@@ -104,14 +127,17 @@ export async function chat(ctx: ServerContext, req: Request): Promise<Response> 
       sentRole = true;
       const calls = toolCallsJson(res.toolCalls, env.id);
       if (calls.length > 0) out.push(chatChunkJson(env, { tool_calls: calls.map((c, index) => ({ index, ...c })) }, null));
-      out.push(chatChunkJson(env, {}, openAiFinish(res.finishReason), { k3: k3Json(res.stats) }));
+      out.push(chatChunkJson(env, {}, openAiFinish(res.finishReason), { k3: chatK3(res, seed, budget) }));
       if (r.includeUsage) out.push(usageChunkJson(env, "chat.completion.chunk", res.usage));
       return out;
     },
-    body: (res) => chatCompletionJson(env, res),
+    body: (res) => ({ ...chatCompletionJson(env, res), k3: chatK3(res, seed, budget) }),
   };
   return enqueue(ctx, req, r, "chat", env.id, job);
 }
+
+/** A chat reply's `k3` object: the stats, the seed it ran with, and what the reasoning budget did. */
+const chatK3 = (res: ChatResult, seed: number, budget: number | undefined) => ({ ...k3Json(res.stats), seed, reasoning_budget: budget ?? null, reasoning_cut: res.reasoningCut });
 
 export async function completion(ctx: ServerContext, req: Request): Promise<Response> {
   const r = parseCompletionRequest(await readJson(ctx, req));
@@ -125,18 +151,31 @@ export async function completion(ctx: ServerContext, req: Request): Promise<Resp
   }
   const ids = prepared(() => prepareCompletion(ctx.engine, r.prompt), "prompt");
   const env = envelope(ctx, "cmpl");
-  const job: Omit<Job<CompletionDelta, CompletionResult>, "done"> = {
+  const seed = r.seed ?? freshSeed();
+  const progress = new PrefillProgress(r.stream && r.includeProgress);
+  const job: Omit<Job<CompletionDelta, CompletionResult>, "done" | "ended"> = {
     promptParam: "prompt",
     ids,
-    start: (shouldStop, session) => streamCompletion(ctx.engine, session, ids, genOptions(ctx, r, shouldStop)),
+    start: (shouldStop, session) => {
+      progress.begin();
+      return streamCompletion(ctx.engine, session, ids, genOptions(ctx, r, seed, shouldStop, progress));
+    },
     // Each chunk carries the ids it adds (k3.token_ids): text may be held back (a split
     // character, a possible stop string) or, without a tokenizer, never exist.
-    chunks: (d) => (d.text || d.ids.length > 0 ? [completionChunkJson(env, d.text, null, d.ids.length > 0 ? { k3: { token_ids: d.ids } } : {})] : []),
+    chunks: (d) => {
+      const out: unknown[] = progress.take().map((p) => progressChunkJson(env, "text_completion", p));
+      if (d.ids.length > 0) progress.firstToken();
+      if (d.text || d.ids.length > 0) out.push(completionChunkJson(env, d.text, null, d.ids.length > 0 ? { k3: { token_ids: d.ids } } : {}));
+      return out;
+    },
     finalChunks: (res) => [
-      completionChunkJson(env, "", openAiFinish(res.finishReason), { k3: k3Json(res.stats) }),
+      completionChunkJson(env, "", openAiFinish(res.finishReason), { k3: { ...k3Json(res.stats), seed } }),
       ...(r.includeUsage ? [usageChunkJson(env, "text_completion", res.usage)] : []),
     ],
-    body: (res) => completionJson(env, res),
+    body: (res) => {
+      const b = completionJson(env, res);
+      return { ...b, k3: { ...b.k3, seed } };
+    },
   };
   return enqueue(ctx, req, r, "completion", env.id, job);
 }

@@ -5,13 +5,14 @@ import type { ParsedToolCall } from "../engine.ts";
 import { statsJson } from "../report.ts";
 import type { ChatResult, CompletionResult, Usage } from "../conversation.ts";
 
-export type OpenAiFinish = "stop" | "length" | "tool_calls";
+export type OpenAiFinish = "stop" | "length" | "tool_calls" | "cancelled";
 
-/** The engine's reasons → OpenAI's. Hitting the context limit is "length" (vLLM does the same);
- *  a cancelled generation has no client left to read its reason. */
+/** The engine's reasons → OpenAI's. Hitting the context limit is "length" (vLLM does the same).
+ *  A generation cut short by the server (it is stopping) is "cancelled", as `k3.stop_reason`
+ *  says: never "stop", which would tell the client the model had finished its answer. */
 export function openAiFinish(r: ChatResult["finishReason"] | CompletionResult["finishReason"]): OpenAiFinish {
   if (r === "length" || r === "context") return "length";
-  if (r === "tool_calls") return "tool_calls";
+  if (r === "tool_calls" || r === "cancelled") return r;
   return "stop";
 }
 
@@ -77,6 +78,11 @@ export function chatChunkJson(e: Envelope, delta: Record<string, unknown>, finis
     choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
     ...extra,
   };
+}
+
+/** A k3 progress chunk (stream_options.include_progress, src/server/progress.ts): no choices. */
+export function progressChunkJson(e: Envelope, object: string, progress: unknown) {
+  return { id: e.id, object, created: e.created, model: e.model, choices: [], k3: { progress } };
 }
 
 /** The trailing usage chunk of `stream_options: {include_usage: true}`: no choices. */

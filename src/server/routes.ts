@@ -5,6 +5,7 @@ import type { ServerContext } from "./context.ts";
 import { chat, completion } from "./generation.ts";
 import { METRICS_CONTENT_TYPE, metricsText } from "./metrics.ts";
 import { detokenize, tokenize } from "./tokens.ts";
+import { chatPage } from "./webui.ts";
 
 type Handler = (ctx: ServerContext, req: Request, param: string | undefined) => Response | Promise<Response>;
 
@@ -16,9 +17,32 @@ export interface Route {
 }
 
 // `trunk`: which trunk weights answer ("bf16": the release's, exact; "int8"/"int4": packed, lossy).
-const modelJson = (ctx: ServerContext) => ({ id: ctx.names.id, object: "model", created: ctx.created, owned_by: "k3", max_model_len: ctx.engine.context, trunk: ctx.engine.trunk });
+// `k3`: what a client (the chat page) can offer its user: whether this is the demo model, the
+// defaults a request gets, and the speculation a request may choose (docs/SERVER.md).
+const modelJson = (ctx: ServerContext) => ({
+  id: ctx.names.id,
+  object: "model",
+  created: ctx.created,
+  owned_by: "k3",
+  max_model_len: ctx.engine.context,
+  trunk: ctx.engine.trunk,
+  k3: {
+    demo: ctx.demo,
+    parallel: ctx.engine.parallel,
+    speculation: {
+      setting: ctx.engine.speculate,
+      max_drafts: ctx.engine.maxDrafts,
+      drafters: ctx.engine.drafters,
+      // Batched generations speculate only one stream at a time (docs/SERVER.md, "Speculation").
+      per_request: ctx.engine.parallel === 1 && ctx.engine.maxDrafts > 0,
+    },
+    defaults: { temperature: ctx.defaults.temperature, reasoning_budget: ctx.defaults.reasoningBudget === undefined ? "half of max_tokens" : ctx.defaults.reasoningBudget },
+  },
+});
 
 export const ROUTES: Record<string, Route> = {
+  // The chat page: public, since it holds nothing; every API call it makes carries the key.
+  "/": { public: true, GET: chatPage },
   "/health": {
     public: true,
     GET: (ctx) => Response.json({ status: "ok", model: ctx.names.id, busy: ctx.queue.running > 0, running: ctx.queue.running, slots: ctx.queue.slots, waiting: ctx.queue.waiting }),

@@ -35,6 +35,8 @@ export interface Job<D, R> {
   body(r: R): unknown;
   /** Called once with the result (cancelled generations included). */
   done(r: R, ms: number): void;
+  /** Called once when a streamed answer has sent its last event (or failed): the access log. */
+  ended(): void;
   /** Parameter name blamed for a prompt that does not fit ("messages" / "prompt"). */
   promptParam: string;
 }
@@ -148,6 +150,7 @@ function sseResponse<D, R>({ job, gen, first, pace, finish, release, cancelled, 
         log.error(`generation failed mid-stream: ${e.message}`);
         send(e.body());
       }
+      job.ended();
       if (!cancelled()) controller.close();
     },
     cancel() {

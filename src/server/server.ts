@@ -10,6 +10,7 @@
 import type { Engine } from "../engine.ts";
 import { K3Error } from "../errors.ts";
 import { log } from "../log.ts";
+import { AccessLog, type LogFormat } from "./access-log.ts";
 import { apiKeyChecker } from "./auth.ts";
 import { BodyReader, DEFAULT_BODY_LIMITS, DRAIN_BYTES, type BodyCounters, type BodyLimits } from "./body.ts";
 import { ServerCounters, type GenerationRecord, type ServerContext } from "./context.ts";
@@ -37,7 +38,22 @@ export interface ServerOptions {
   cors?: string[];
   /** Bounds on receiving request bodies (default DEFAULT_BODY_LIMITS). */
   bodies?: Partial<BodyLimits>;
+  /** Temperature of a request that sends none (default: the model folder's
+   *  generation_config.json, else DEFAULT_TEMPERATURE). */
+  temperature?: number;
+  /** Reasoning budget of a chat request that sends none: tokens, null = no limit (default: half
+   *  of the request's max_tokens). */
+  reasoningBudget?: number | null;
+  /** The chat page at GET / (default true). */
+  webui?: boolean;
+  /** The model is k3's built-in demo (/v1/models says so, and the page shows it). */
+  demo?: boolean;
+  /** One line per request on stderr (default "off"; `k3 serve` logs "text" unless --log-format). */
+  accessLog?: LogFormat;
 }
+
+/** OpenAI's default temperature (and k3 chat's), for a model folder that names none. */
+export const DEFAULT_TEMPERATURE = 1.0;
 
 export interface K3Server {
   url: string;
@@ -63,17 +79,8 @@ export function startServer(engine: Engine, opts: ServerOptions): K3Server {
   const limits = { ...DEFAULT_BODY_LIMITS, ...opts.bodies };
   const edge: Edge = { cors, checkKey, bodyTimeoutMs: limits.timeoutMs };
   let server: ReturnType<typeof Bun.serve> | undefined;
-  const ctx: ServerContext = {
-    engine,
-    sessions: new SessionPool(engine, engine.parallel),
-    queue: new GenerationQueue(opts.queue ?? 16, engine.parallel),
-    names: new ModelNames(opts.modelName, opts.aliases),
-    bodies: new BodyReader(limits),
-    counters: new ServerCounters(),
-    created: Math.floor(Date.now() / 1000),
-    // A generation may wait in the queue and then take minutes: no idle cut-off for it.
-    holdOpen: (req) => server?.timeout(req, 0),
-  };
+  // A generation may wait in the queue and then take minutes: no idle cut-off for it.
+  const ctx = serverContext(engine, opts, limits, (req) => server?.timeout(req, 0));
 
   server = Bun.serve({
     hostname: opts.host ?? "127.0.0.1",
@@ -84,6 +91,7 @@ export function startServer(engine: Engine, opts: ServerOptions): K3Server {
       ctx.counters.requests++;
       // An HTTP/1.0 request without Host reaches us with a bare path as its URL.
       const path = new URL(req.url, "http://localhost").pathname.replace(/\/+$/, "") || "/";
+      ctx.access.begin(req, path);
       let res: Response;
       try {
         res = await route(ctx, edge, req, path, srv);
@@ -92,6 +100,7 @@ export function startServer(engine: Engine, opts: ServerOptions): K3Server {
       }
       ctx.counters.answered(matchRoute(path)?.pattern ?? "other", res.status);
       for (const [k, v] of Object.entries(cors.headers(req))) res.headers.set(k, v);
+      ctx.access.answered(req, res.status, res.headers.get("content-type")?.startsWith("text/event-stream") ?? false);
       return res;
     },
     // Last resort: anything that escapes fetch still gets an OpenAI-shaped 500, never a crash.
@@ -124,6 +133,28 @@ export function startServer(engine: Engine, opts: ServerOptions): K3Server {
       })();
       return stopped;
     },
+  };
+}
+
+/** Everything a route may use: the engine, its sessions and queue, names, bodies, counters, defaults. */
+function serverContext(engine: Engine, opts: ServerOptions, limits: BodyLimits, holdOpen: ServerContext["holdOpen"]): ServerContext {
+  return {
+    engine,
+    sessions: new SessionPool(engine, engine.parallel),
+    queue: new GenerationQueue(opts.queue ?? 16, engine.parallel),
+    names: new ModelNames(opts.modelName, opts.aliases),
+    bodies: new BodyReader(limits),
+    counters: new ServerCounters(),
+    defaults: {
+      // A model folder's generation_config.json that is wrong is refused here, at start.
+      temperature: opts.temperature ?? engine.generationDefaults().temperature ?? DEFAULT_TEMPERATURE,
+      reasoningBudget: opts.reasoningBudget,
+    },
+    access: new AccessLog(opts.accessLog ?? "off"),
+    webui: opts.webui ?? true,
+    demo: opts.demo ?? false,
+    created: Math.floor(Date.now() / 1000),
+    holdOpen,
   };
 }
 

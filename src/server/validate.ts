@@ -8,6 +8,8 @@ export interface SamplingRequest {
   model: string | undefined;
   stream: boolean;
   includeUsage: boolean;
+  /** k3 extension `stream_options.include_progress`: progress chunks while the prompt is fed. */
+  includeProgress: boolean;
   /** undefined: until the model ends its turn or the context is full. */
   maxTokens: number | undefined;
   temperature: number | undefined;
@@ -27,6 +29,8 @@ export interface ChatRequest extends SamplingRequest {
   responseFormat: unknown;
   thinking: boolean | undefined;
   thinkingEffort: string | undefined;
+  /** k3 extension `reasoning_budget`: tokens, null = no limit, undefined = the server's default. */
+  reasoningBudget: number | null | undefined;
 }
 
 export interface CompletionRequest extends SamplingRequest {
@@ -114,10 +118,12 @@ function parseSampling(b: Body): SamplingRequest {
     throw wrongType("stream_options", "an object", streamOptions);
   const topK = optInt(b, "top_k", -1); // -1 = off, as in vLLM
   const includeUsage = streamOptions ? optBool(streamOptions as Body, "include_usage") : undefined;
+  const includeProgress = streamOptions ? optBool(streamOptions as Body, "include_progress") : undefined;
   return {
     model,
     stream: optBool(b, "stream") ?? false,
     includeUsage: includeUsage ?? false,
+    includeProgress: includeProgress ?? false,
     maxTokens,
     temperature: optNumber(b, "temperature", 0, 2),
     topP: optNumber(b, "top_p", Number.MIN_VALUE, 1),
@@ -151,6 +157,8 @@ export function parseChatRequest(b: Body): ChatRequest {
   const kw = (kwargs ?? {}) as Body;
   const thinking = optBool(kw, "thinking") ?? optBool(b, "thinking");
   const thinkingEffort = optString(kw, "thinking_effort") ?? optString(b, "reasoning_effort");
+  // -1 is llama.cpp's spelling of "no limit" (as for k3 chat's --reasoning-budget).
+  const budget = optInt(b, "reasoning_budget", -1);
   return {
     ...s,
     messages,
@@ -159,6 +167,7 @@ export function parseChatRequest(b: Body): ChatRequest {
     responseFormat: b.response_format ?? undefined,
     thinking,
     thinkingEffort,
+    reasoningBudget: budget === -1 ? null : budget,
   };
 }
 

@@ -133,8 +133,9 @@ export interface FixtureOptions {
   edit?: (tensors: FixtureTensor[]) => FixtureTensor[];
   /** Write model.safetensors.index.json (default true). */
   index?: boolean;
-  /** Extra non-LM tensors written to the last shard. */
-  vision?: boolean;
+  /** Extra non-LM tensors written to the last shard, or ("own-shard") to a shard of their own, as
+   *  in the release (its last two shards hold only the vision tower and mm_projector). */
+  vision?: boolean | "own-shard";
 }
 
 /**
@@ -148,13 +149,15 @@ export function writeCheckpoint(dir: string, opts: FixtureOptions = {}): { dir: 
   let tensors: FixtureTensor[] = expectedTensors(cfg).map((s) => ({ name: s.name, dtype: s.dtype, shape: s.shape, layer: s.layer }));
   if (opts.vision) tensors.push({ name: "vision_tower.encoder.blocks.0.wo.weight", dtype: "BF16", shape: [4, 4] }, { name: "mm_projector.proj.0.weight", dtype: "F32", shape: [2] });
   if (opts.edit) tensors = opts.edit(tensors);
-  const nShards = cfg.numLayers + 1;
+  const own = opts.vision === "own-shard";
+  const nShards = cfg.numLayers + 1 + (own ? 1 : 0);
   const shardName = (i: number) => `model-${String(i + 1).padStart(5, "0")}-of-${String(nShards).padStart(6, "0")}.safetensors`;
   const shards = new Map<string, FixtureTensor[]>();
   for (let i = 0; i < nShards; i++) shards.set(shardName(i), []);
   for (const t of tensors) {
     const layer = t.layer ?? layerOf(t.name);
-    shards.get(shardName(layer === undefined ? (t.name.startsWith("language_model.") ? 0 : nShards - 1) : layer + 1))!.push(t);
+    const nonLm = own ? nShards - 1 : cfg.numLayers;
+    shards.get(shardName(layer === undefined ? (t.name.startsWith("language_model.") ? 0 : nonLm) : layer + 1))!.push(t);
   }
   const weightMap: Record<string, string> = {};
   for (const [name, ts] of shards) {

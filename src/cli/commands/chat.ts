@@ -12,7 +12,7 @@ import { log } from "../../log.ts";
 import { statsJson, statsLine } from "../../report.ts";
 import { stylesFor } from "../../term.ts";
 import { defineCommand } from "../command.ts";
-import { checkWritableFile, engineArgs, engineOptions, modelOption, openEngine, pickModel, positiveInt, readStdin } from "../common.ts";
+import { checkWritableFile, engineArgs, engineOptions, genFlag, modelOption, openEngine, pickModel, readStdin } from "../common.ts";
 import { modelDirOrDemo } from "../demo.ts";
 import { prefillProgress } from "../progress.ts";
 import { repl, type SessionFiles } from "../repl.ts";
@@ -27,7 +27,7 @@ export default defineCommand({
   args: {
     dir: { type: "positional", required: false, valueHint: "DIR", description: "model folder (default: $K3_MODEL, else the demo model)" },
     ...modelOption,
-    gen: { type: "string", alias: ["n", "n-predict"], valueHint: "N", description: `max tokens per reply, reasoning included (default ${CHAT_DEFAULT_GEN})` },
+    gen: { type: "string", alias: ["n", "n-predict"], valueHint: "N", description: `max tokens per reply, reasoning included (default ${CHAT_DEFAULT_GEN}; -1: until the end or the context is full)` },
     think: { type: "boolean", default: true, description: "thinking channel on (--no-think: answer directly)" },
     "reasoning-budget": { type: "string", valueHint: "N", description: "reasoning tokens before the think channel is closed and the answer starts (default: half of --gen; none = no limit)" },
     effort: { type: "string", valueHint: "LEVEL", description: "thinking effort: low | high | max (default: none given to the model)" },
@@ -54,12 +54,13 @@ export default defineCommand({
     env: ["K3_MODEL", "XDG_CACHE_HOME", "K3_KERNELS"],
   },
   async run({ args, rawArgs }) {
-    const maxTokens = positiveInt(args.gen, "--gen") ?? CHAT_DEFAULT_GEN;
+    const gen = genFlag(args.gen, CHAT_DEFAULT_GEN);
+    reasoningBudget(args["reasoning-budget"], 0); // a bad value fails before anything is loaded
+    // -n -1: the reply may run to the end of the context; set once the model (its context) is open.
     const opts: ChatOptions = {
-      maxTokens,
+      maxTokens: gen === "context" ? 0 : gen,
       thinking: args.think,
       thinkingEffort: parseEffort(args.effort),
-      reasoningBudget: reasoningBudget(args["reasoning-budget"], maxTokens),
       ...samplingOptions(args, rawArgs, CHAT_DEFAULT_TEMPERATURE),
     };
     const engineOpts = engineOptions(args);
@@ -71,6 +72,8 @@ export default defineCommand({
 
     const files = { load: args["load-session"], save: args["save-session"] };
     const engine = await openEngine(await modelDirOrDemo(pickModel(args.dir, args.model)), engineOpts);
+    if (gen === "context") opts.maxTokens = engine.context;
+    opts.reasoningBudget = reasoningBudget(args["reasoning-budget"], opts.maxTokens);
     try {
       if (piped) await replyOnce(engine, [...start, ...piped], opts, args.json ?? false, files);
       else await repl(engine, start, opts, files);

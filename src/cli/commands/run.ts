@@ -4,13 +4,14 @@
 // and the stats line go to stderr. Ctrl-C stops after the current token: what was printed stays,
 // the stats line is printed, and the exit status is 130.
 import { readFileSync, statSync } from "node:fs";
+import { resolve } from "node:path";
 import { streamCompletion, type CompletionResult, type GenOptions } from "../../conversation.ts";
 import type { Engine, Session } from "../../engine.ts";
 import { K3Error } from "../../errors.ts";
 import { log } from "../../log.ts";
 import { statsJson, statsLine, timingsJson } from "../../report.ts";
 import { defineCommand } from "../command.ts";
-import { checkWritableFile, engineArgs, engineOptions, modelOption, openEngine, pickModel, positiveInt, readStdin } from "../common.ts";
+import { checkWritableFile, engineArgs, engineOptions, genFlag, modelOption, openEngine, pickModel, readStdin } from "../common.ts";
 import { modelDirOrDemo } from "../demo.ts";
 import { parseIds } from "../ids.ts";
 import { prefillProgress } from "../progress.ts";
@@ -31,7 +32,7 @@ export default defineCommand({
     prompt: { type: "string", alias: ["p"], valueHint: "TEXT", description: "prompt text" },
     "prompt-file": { type: "string", alias: ["f", "file"], valueHint: "FILE", description: "read the prompt from FILE (`-` = stdin)" },
     ids: { type: "string", valueHint: "IDS", description: "prompt as token ids, e.g. 1,2,3 (prints ids)" },
-    gen: { type: "string", alias: ["n", "n-predict"], valueHint: "N", description: "tokens to generate (default 32)" },
+    gen: { type: "string", alias: ["n", "n-predict"], valueHint: "N", description: "tokens to generate (default 32; -1: until the end or the context is full)" },
     json: { type: "boolean", description: "print one JSON object (prompt_ids, generated_ids, generated_text, finish_reason, timings, stats)" },
     "load-session": { type: "string", valueHint: "FILE", description: "continue a session saved with --save-session (a prompt, if any, is appended)" },
     "save-session": { type: "string", valueHint: "FILE", description: "save the session (model state, position, tokens) to FILE when done" },
@@ -52,7 +53,7 @@ export default defineCommand({
   },
   async run({ args, rawArgs }) {
     // Every flag first: a typo fails before stdin is read or a model is opened.
-    const gen = positiveInt(args.gen, "--gen") ?? 32;
+    const gen = genFlag(args.gen, 32);
     const sampling = samplingOptions(args, rawArgs, 0);
     const opts = engineOptions(args);
     const { dir: dirOperand, text } = splitOperands(args.dir, args.text, args.model, {
@@ -75,7 +76,7 @@ export default defineCommand({
       // A restored session continues: its tokens come first, the new prompt (if any) after them.
       const promptIds = typeof prompt === "string" ? engine.tokenizer().encode(prompt) : prompt;
       const fullPrompt = args["load-session"] ? [...session.tokens, ...promptIds] : prompt;
-      const { result, cancelled } = await generateToStdout(engine, session, fullPrompt, { maxTokens: gen, ...sampling }, args.json ? "nothing" : idsOut ? "ids" : "text");
+      const { result, cancelled } = await generateToStdout(engine, session, fullPrompt, { maxTokens: gen === "context" ? engine.context : gen, ...sampling }, args.json ? "nothing" : idsOut ? "ids" : "text");
       const stats = result.stats;
       if (args["save-session"]) engine.saveSession(session, args["save-session"]);
       if (args.json) {
@@ -171,8 +172,9 @@ function splitOperands(first: string | undefined, second: string | undefined, mo
   if (isDir) return { dir: first };
   if (exists)
     throw new K3Error("USAGE", `"${first}" is a file, not a model folder`, [`for a prompt in a file: k3 run --prompt-file ${first}`, `for the text itself: k3 run --prompt "${first}"`]);
+  // The same error (and exit status, 4) as a missing folder given with -m or $K3_MODEL.
   if (/^[~.]|\//.test(first) && !/\s/.test(first))
-    throw new K3Error("USAGE", `no model folder "${first}" (it does not exist)`, [`to send "${first}" to the model as the prompt: k3 run --prompt "${first}"`]);
+    throw new K3Error("CHECKPOINT", `${resolve(first)}: no such model folder (it does not exist)`, [`to send "${first}" to the model as the prompt: k3 run --prompt "${first}"`]);
   return { text: first };
 }
 
