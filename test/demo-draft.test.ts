@@ -89,4 +89,45 @@ describe("the demo's trained EAGLE-3 draft (assets/demo)", () => {
     expect(trained).toBeGreaterThanOrEqual(8); // of 23 rows (drafteval.py measured 0.62 on 4,064)
     expect(untrained).toBeLessThanOrEqual(2);
   });
+
+  test("drafteval.py's greedy chain acceptance is the reference's on the first rows of its first window", () => {
+    // assets/demo/draft-eval/heldout-greedy.json: accepted drafts of a 5-draft chain at every row,
+    // verified greedily by the target over x_0..x_{t+1}, d_1..; recomputed here in float64
+    const ev = JSON.parse(readFileSync(join(ASSETS, "draft-eval", "heldout-greedy.json"), "utf8"));
+    const draft = ReferenceDraft.open(draftDir);
+    const x: number[] = ev.texts[0];
+    for (let t = 0; t < 6; t++) {
+      const r = draftChain(target, draft, x.slice(0, t + 1), 5, { next: x[t + 1] });
+      const seq = [...x.slice(0, t + 2), ...r.drafts];
+      const { logits } = target.forwardAll(seq);
+      let a = 0;
+      while (a < 5 && r.drafts[a] === argmax(logits[t + 1 + a]!)) a++;
+      expect([t, a]).toEqual([t, ev.accepted_per_position[t]]);
+    }
+  });
+
+  test("drafteval.py's sampled text is the target's draw under the issue-21 contract (first tokens of window 0)", () => {
+    // uniformAt(seed, m) of the contract (SplitMix64; docs/DRAFT.md "Demo draft"), the inverse CDF
+    // over ids in ascending order of w = exp((l − max)/T), recomputed from the reference's logits
+    const M = (1n << 64n) - 1n;
+    const mix = (z: bigint) => {
+      z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & M;
+      z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & M;
+      return z ^ (z >> 31n);
+    };
+    const uniformAt = (seed: number, m: number) => Number(mix((mix(BigInt(seed) & M) + BigInt(m + 1) * 0x9e3779b97f4a7c15n) & M) >> 11n) / 2 ** 53;
+    const ev = JSON.parse(readFileSync(join(ASSETS, "draft-eval", "heldout-sampled.json"), "utf8"));
+    const x: number[] = ev.texts[0];
+    const prompt: number = ev.settings.prompt;
+    const { logits } = target.forwardAll(x.slice(0, prompt + 6));
+    for (let m = prompt; m < prompt + 6; m++) {
+      const l = logits[m - 1]!;
+      const max = Math.max(...l);
+      const w = Array.from(l, (v) => Math.exp((v - max) / ev.settings.temperature));
+      const u = uniformAt(1, m) * w.reduce((a, b) => a + b, 0);
+      let id = 0;
+      for (let acc = w[0]!; acc <= u && id < w.length - 1; acc += w[++id]!);
+      expect([m, id]).toEqual([m, x[m]]);
+    }
+  });
 });
