@@ -8,6 +8,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { packDemo, sha256Hex, unpackDemo } from "../src/cli/demo-pack.ts";
+import { createSampler } from "../src/text/sampling.ts";
 import { generateDraft } from "../tools/gen/draft.ts";
 import { argmax, checkDraftTarget, committedCache, DraftCache, draftChain, ReferenceDraft } from "../tools/reference/draft.ts";
 import { ReferenceModel } from "../tools/reference/model.ts";
@@ -106,28 +107,13 @@ describe("the demo's trained EAGLE-3 draft (assets/demo)", () => {
     }
   });
 
-  test("drafteval.py's sampled text is the target's draw under the issue-21 contract (first tokens of window 0)", () => {
-    // uniformAt(seed, m) of the contract (SplitMix64; docs/DRAFT.md "Demo draft"), the inverse CDF
-    // over ids in ascending order of w = exp((l − max)/T), recomputed from the reference's logits
-    const M = (1n << 64n) - 1n;
-    const mix = (z: bigint) => {
-      z = ((z ^ (z >> 30n)) * 0xbf58476d1ce4e5b9n) & M;
-      z = ((z ^ (z >> 27n)) * 0x94d049bb133111ebn) & M;
-      return z ^ (z >> 31n);
-    };
-    const uniformAt = (seed: number, m: number) => Number(mix((mix(BigInt(seed) & M) + BigInt(m + 1) * 0x9e3779b97f4a7c15n) & M) >> 11n) / 2 ** 53;
+  test("drafteval.py's sampled text is what k3's seeded sampler draws from the target (first tokens of window 0)", () => {
+    // the issue-21 contract (src/text/sampling.ts): window w was sampled with seed w + 1
     const ev = JSON.parse(readFileSync(join(ASSETS, "draft-eval", "heldout-sampled.json"), "utf8"));
+    const sampler = createSampler({ temperature: ev.settings.temperature, seed: 1 });
     const x: number[] = ev.texts[0];
     const prompt: number = ev.settings.prompt;
     const { logits } = target.forwardAll(x.slice(0, prompt + 6));
-    for (let m = prompt; m < prompt + 6; m++) {
-      const l = logits[m - 1]!;
-      const max = Math.max(...l);
-      const w = Array.from(l, (v) => Math.exp((v - max) / ev.settings.temperature));
-      const u = uniformAt(1, m) * w.reduce((a, b) => a + b, 0);
-      let id = 0;
-      for (let acc = w[0]!; acc <= u && id < w.length - 1; acc += w[++id]!);
-      expect([m, id]).toEqual([m, x[m]]);
-    }
+    for (let m = prompt; m < prompt + 6; m++) expect([m, sampler.sample(Float32Array.from(logits[m - 1]!), m)]).toEqual([m, x[m]]);
   });
 });
