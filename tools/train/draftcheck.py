@@ -12,7 +12,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from draft_model import load_draft  # noqa: E402
-from target import forward_taps, load_target  # noqa: E402
+from target import forward_taps, load_demo_target  # noqa: E402
 from train import load_tokens  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -21,8 +21,7 @@ ROWS, STEPS, LEN = (0, 7, 21), 4, 24
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "out")
-    with open(os.path.join(HERE, "model-config.json")) as f:
-        target = load_target(os.path.join(out, "demo-target"), json.load(f))
+    target = load_demo_target(out)
     draft = load_draft(os.path.join(out, "draft", "model"))
     ids = draft.c["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
     x = load_tokens(os.path.join(out, "corpus", "val.u16"))[1000 : 1000 + LEN].unsqueeze(0)

@@ -34,7 +34,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from draft_model import load_draft  # noqa: E402
-from target import forward_taps, load_target  # noqa: E402
+from target import forward_taps, load_demo_target  # noqa: E402
 from train import load_tokens  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -192,8 +192,7 @@ def main():
     p.add_argument("--only", choices=["greedy", "sampled"], default=None)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    with open(os.path.join(HERE, "model-config.json")) as f:
-        target = load_target(os.path.join(args.out, "demo-target"), json.load(f)).float()
+    target = load_demo_target(args.out).float()
     draft = load_draft(args.draft or os.path.join(args.out, "draft", "model"), dtype=torch.float32)
     val = load_tokens(os.path.join(args.out, "corpus", "val.u16"))
     os.makedirs(os.path.join(args.out, "drafteval"), exist_ok=True)

@@ -107,6 +107,12 @@ def load_target(folder, cfg):
     return m
 
 
+def load_demo_target(out):
+    """The shipped demo (unpacked into OUT/demo-target by tools/train/unpack.ts) as a float64 K3Tiny."""
+    with open(os.path.join(HERE, "model-config.json")) as f:
+        return load_target(os.path.join(out, "demo-target"), json.load(f))
+
+
 def embedding_bytes(folder):
     """The target's embed_tokens bytes (BF16 [V, E]) as stored: the draft's embed_tokens copies them."""
     with open(os.path.join(folder, "model.safetensors.index.json")) as f:

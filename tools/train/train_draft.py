@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from draft_model import EagleDraft  # noqa: E402
-from target import embedding_bytes, forward_taps, load_target, to_tensor  # noqa: E402
+from target import embedding_bytes, forward_taps, load_demo_target, to_tensor  # noqa: E402
 from train import bf16_bytes, load_tokens, lr_at, save_atomic, write_safetensors  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -57,9 +57,7 @@ def parse():
 
 
 def load_all(args):
-    with open(os.path.join(HERE, "model-config.json")) as f:
-        tcfg = json.load(f)
-    target = load_target(os.path.join(args.out, "demo-target"), tcfg).float()
+    target = load_demo_target(args.out).float()
     with open(os.path.join(args.out, "draft", "config.json")) as f:
         dcfg = json.load(f)
     shape, data = embedding_bytes(os.path.join(args.out, "demo-target"))
