@@ -1,5 +1,5 @@
-// The demo pack format (assets/demo/k3-demo.pack.zst): written by tools/train/pack.ts, read by
-// src/cli/demo.ts. zstd( DEMO_PACK_MAGIC · u32 LE header length · header JSON · file bytes in
+// The demo pack format (assets/demo/k3-demo.pack.zst, and the demo's EAGLE-3 draft in
+// assets/demo/k3-demo-draft.pack.zst): written by tools/train/pack.ts, read by src/cli/demo.ts. zstd( DEMO_PACK_MAGIC · u32 LE header length · header JSON · file bytes in
 // header order ), header = {files: [{name, bytes, sha256}]}. Unpacking checks every size and hash.
 // Inside the pack each .safetensors file's data section is stored as two byte planes (all even
 // bytes, then all odd bytes): the high bytes of bf16 weights (sign + exponent) are very repetitive
@@ -18,8 +18,9 @@ export function sha256Hex(bytes: Uint8Array): string {
   return new Bun.CryptoHasher("sha256").update(bytes).digest("hex");
 }
 
-/** Files a model folder ships with (the engine's own caches, e.g. k3-index.json, are left out). */
-const SHIPPED = /^(config\.json|model\.safetensors\.index\.json|model-\d{5}-of-\d{6}\.safetensors|tiktoken\.model|tokenizer_config\.json)$/;
+/** Files a model folder ships with (the engine's own caches, e.g. k3-index.json, are left out);
+ *  `model.safetensors` is the single file of the demo's EAGLE-3 draft (assets/demo/k3-demo-draft.pack.zst). */
+const SHIPPED = /^(config\.json|model\.safetensors\.index\.json|model-\d{5}-of-\d{6}\.safetensors|model\.safetensors|tiktoken\.model|tokenizer_config\.json)$/;
 
 /** A model folder → the compressed pack (zstd level 22). */
 export function packDemo(modelDir: string): Uint8Array {

@@ -237,12 +237,13 @@ export function committedCache(draft: ReferenceDraft, taps: Vec[][], tokens: num
 
 /**
  * After a prefill of `tokens`: the target's taps and logits at every position, its next token
- * (greedy), and a chain of k drafts from the pending row (§3.7.1–2).
+ * (greedy, or `opts.next` to force one: a teacher-forced row, the text's own next token), and a
+ * chain of k drafts from the pending row (§3.7.1–2).
  */
-export function draftChain(target: ReferenceModel, draft: ReferenceDraft, tokens: number[], k: number, opts: { absorbed?: boolean } = {}) {
+export function draftChain(target: ReferenceModel, draft: ReferenceDraft, tokens: number[], k: number, opts: { absorbed?: boolean; next?: number } = {}) {
   checkDraftTarget(draft, target);
   const { logits, taps } = target.forwardAll(tokens, { tapLayers: draft.cfg.layerIds });
-  const next = argmax(logits[tokens.length - 1]!);
+  const next = opts.next ?? argmax(logits[tokens.length - 1]!);
   const cache = committedCache(draft, taps, tokens);
   const steps = draft.propose(cache, taps[tokens.length - 1]!, next, k, opts);
   return { taps, targetLogits: logits, next, cache, steps, drafts: steps.map((s) => s.draft) };

@@ -2,7 +2,8 @@
 # Dev-only setup of the training tool (docs/TEST-MODELS.md "The trained demo"): PyTorch from
 # Debian for /usr/bin/python3 (not the pyenv python3 that may come first on PATH), and OpenBLAS:
 # without it Debian's torch links the reference BLAS (measured 5x slower f32 matmuls here).
-# Nothing in the product, its build or `npm test` needs this.
+# The demo's EAGLE-3 draft (retrain-draft.sh, drafteval.py) uses the same. Nothing in the
+# product, its build or `npm test` needs this.
 set -eu
 if ! /usr/bin/python3 -c "import torch" 2>/dev/null || ! dpkg -s libopenblas0-pthread >/dev/null 2>&1; then
   apt-get update
