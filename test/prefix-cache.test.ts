@@ -4,7 +4,7 @@
 // used; a directory or FIFO in the folder is left alone. (A full disk and a read-only folder, on
 // real mounts: test/prefix-cache-disk.test.ts.)
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdirSync, readdirSync, statSync, truncateSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { PREFIX_FILE_SUFFIX, PrefixCache, prefixFilePrefix, prefixKey } from "../src/batch/prefix-cache.ts";
 import { Engine } from "../src/engine.ts";
@@ -167,6 +167,24 @@ describe("disk tier", () => {
     expect(s.state.pos).toBe(0);
     expect(atUse.join("\n")).toMatch(/truncated/);
     expect(again.restoreLongest(engine.createSession().state, B, 7)).toBe(4);
+  });
+
+  test("a file replaced after the scan by another prefix's (valid, same model and weights): dropped at use, never restored", async () => {
+    const dir = scratchDir("prefix-swapped");
+    const c = cache({ dir });
+    c.store(fed(A.slice(0, 4)).state);
+    c.store(fed(B.slice(0, 4)).state);
+    const again = cache({ dir }); // indexes both files by their headers
+    const name = (t: number[]) => join(dir, `${prefixFilePrefix(engine.identity)}${prefixKey(t)}${PREFIX_FILE_SUFFIX}`);
+    copyFileSync(name(B.slice(0, 4)), name(A.slice(0, 4))); // A's file now holds B's state: checksum and identity fine
+    const s = engine.createSession();
+    let got = -1;
+    const warned = await warnings(() => (got = again.restoreLongest(s.state, A, 9)));
+    expect(got).toBe(0);
+    expect(s.state.pos).toBe(0);
+    expect(warned.join("\n")).toMatch(/holds another prefix than its index entry/);
+    expect(existsSync(name(A.slice(0, 4)))).toBe(false);
+    expect(again.restoreLongest(engine.createSession().state, B, 7)).toBe(4); // B's own file is still good
   });
 
   test("another model's files in the folder are never used (nor deleted)", async () => {
