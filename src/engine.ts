@@ -19,11 +19,12 @@ import type { BatchStats } from "./batch/scheduler.ts";
 import { PrefixCache, type PrefixCacheStats } from "./batch/prefix-cache.ts";
 import type { PolicyName } from "./memory/policy/index.ts";
 import type { PieceOptions } from "./memory/pieces.ts";
-import { writePack, type PackResult, type TrunkFormat } from "./memory/pack.ts";
+import { writePack, type PackedTrunk, type PackResult, type TrunkFormat } from "./memory/pack.ts";
+import { shardStamps } from "./checkpoint/stamps.ts";
 import { verifyCheckpoint, type VerifyResult } from "./memory/verify.ts";
 import { TraceWriter } from "./memory/trace-writer.ts";
 import { SessionState } from "./model/state.ts";
-import { loadSession as loadSessionFile, saveSession as saveSessionFile } from "./model/session-file.ts";
+import { loadSession as loadSessionFile, saveSession as saveSessionFile, type StateIdentity } from "./model/session-file.ts";
 import { Tokenizer } from "./text/tokenizer.ts";
 import { readGenerationDefaults, type GenerationDefaults } from "./checkpoint/generation-config.ts";
 import type { WeightProvider, WeightStats } from "./model/weights.ts";
@@ -97,7 +98,8 @@ export interface EngineOptions {
   chunk?: number;
   /** How the streamed trunk is cut (src/memory/pieces.ts): matrix pieces up to `pieceBytes`
    *  (default 256 MiB; Infinity = one piece per unit, the layout before issue 16), row blocks of
-   *  `blockBytes` (default 32 MiB; other values only for tests: `--verify` checks the default's). */
+   *  `blockBytes` (default 32 MiB; other values only for tests: the checksums of `--verify` and of a
+   *  packed trunk are on the default's grid, so neither applies to them). */
   trunkPieces?: PieceOptions;
   /** Trunk weights: "bf16" (default: the release's, exact) or a compact trunk made by `k3 pack`
    *  ("int8", "int4": lossy, docs/TRUNK.md). Experts and embedding rows are exact either way. */
@@ -206,9 +208,14 @@ export class Engine {
     readonly speculate: SpeculateSetting,
     /** Which trunk the weights come from: the release's (bf16, exact) or a packed one. */
     readonly trunk: TrunkFormat,
-    /** The packed trunk's file, when `trunk` is not bf16. */
-    readonly trunkFile: string | undefined,
+    /** The packed trunk, when `trunk` is not bf16. */
+    private readonly pack: PackedTrunk | undefined,
   ) {}
+
+  /** The packed trunk's file, when `trunk` is not bf16. */
+  get trunkFile(): string | undefined {
+    return this.pack?.path;
+  }
 
   /** Context limit in tokens (EngineOptions.context, else the default for the model). */
   get context(): number {
@@ -333,10 +340,10 @@ export class Engine {
     }
     const passes = new Passes(k, model, weights, size.context, size.parallel);
     // The folder actually read (a Hugging Face repo folder resolves to its snapshot).
-    const engine = new Engine(checkpoint.dir, checkpoint, k, passes, threads, size.plan, size.speculate, size.trunk, size.pack?.path);
+    const engine = new Engine(checkpoint.dir, checkpoint, k, passes, threads, size.plan, size.speculate, size.trunk, size.pack);
     try {
       if (opts.prefixCache)
-        passes.prefix = new PrefixCache({ k, fingerprint: engine.fingerprint, modelName: engine.name, vocab: cfg.vocab, ramBytes: size.prefixRam, dir: opts.prefixCache.dir, diskBytes: opts.prefixCache.diskBytes });
+        passes.prefix = new PrefixCache({ k, identity: engine.identity, modelName: engine.name, vocab: cfg.vocab, ramBytes: size.prefixRam, dir: opts.prefixCache.dir, diskBytes: opts.prefixCache.diskBytes });
       if (opts.trace) {
         const trace = new TraceWriter(opts.trace);
         passes.trace = trace;
@@ -398,20 +405,40 @@ export class Engine {
     return this.fp;
   }
 
+  private id?: StateIdentity;
+  /**
+   * What this engine's states are computed with, which every saved state (session files, the
+   * prefix cache) is tied to: the model (fingerprint) and the exact weights — the trunk format,
+   * the pack's content when the trunk is packed, and each shard's stamp (src/checkpoint/stamps.ts:
+   * size, header, mtime, a content sample; taken once, at the first use).
+   */
+  get identity(): StateIdentity {
+    this.id ??= {
+      model: this.fingerprint,
+      weights: {
+        trunk: this.trunk,
+        ...(this.pack ? { trunkFile: { bytes: this.pack.fileBytes, contentHash: this.pack.contentHash } } : {}),
+        shards: shardStamps(this.checkpoint, true),
+      },
+    };
+    return this.id;
+  }
+
   /** Save a session's state (KDA, conv, MLA cache, position, tokens) to a file, with optional
    *  JSON metadata the caller wants back (a chat keeps its messages there). */
   saveSession(session: Session, path: string, meta?: unknown): void {
     this.passes.alive();
     if (session.closed) throw new K3Error("USAGE", "cannot save a closed session");
     if (session.dirty) throw new K3Error("SESSION", "cannot save a session interrupted by an error: its state does not match its tokens");
-    saveSessionFile(this.k, session.state, session.pending, this.fingerprint, this.name, path, meta);
+    saveSessionFile(this.k, session.state, session.pending, this.identity, this.name, path, meta);
   }
 
-  /** A new session restored from a file saved by the same model (refused otherwise). */
+  /** A new session restored from a file saved by the same model and weights (refused otherwise,
+   *  naming why: another model, trunk, pack or shard bytes). */
   loadSession(path: string): Session {
     const session = this.createSession();
     try {
-      const loaded = loadSessionFile(this.k, session.state, this.fingerprint, path);
+      const loaded = loadSessionFile(this.k, session.state, this.identity, path);
       session.pending = loaded.pending;
       session.meta = loaded.meta;
     } catch (err) {

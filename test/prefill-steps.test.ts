@@ -79,4 +79,40 @@ describe("prefill steps", () => {
       e.close();
     }
   });
+
+  test("batched: a turn starting at a position that is not a chunk multiple feeds pieces ending at chunk multiples; the prefix snapshot sits on one", async () => {
+    const e = Engine.open(dir, { threads: 1, chunk: 4, parallel: 1, speculate: "off", prefixCache: { ramBytes: 2 ** 26 } });
+    try {
+      /** A batched generation run to its end; the prefill pieces its steps carried. */
+      const batched = async (s: ReturnType<Engine["createSession"]>, prompt: number[], maxTokens: number) => {
+        const steps0 = e.batchStats().steps;
+        const ids: number[] = [];
+        const g = e.generate(s, prompt, { maxTokens, batched: true });
+        for (let r = g.next(); !r.done; r = g.next()) {
+          if (r.value.wait) await e.turn();
+          else ids.push(r.value.id);
+        }
+        const recent = e.batchStats().recent;
+        return { ids, pieces: recent.slice(recent.length - (e.batchStats().steps - steps0)).map((st) => st.prefillRows).filter((n) => n > 0) };
+      };
+      const s = e.createSession();
+      const turn1 = await batched(s, PROMPT.slice(0, 5), 2); // feeds 5 (pieces 4, 1), then 1 decode: position 6, 1 pending
+      expect(turn1.pieces).toEqual([4, 1]);
+      expect(s.position).toBe(6);
+      const more = [21, 22, 23, 24, 25, 26, 27, 28, 29];
+      const turn2 = await batched(s, more, 2); // 10 tokens from position 6: pieces end at 8, 12, 16
+      expect(turn2.pieces).toEqual([2, 4, 4]);
+      // The snapshot at the last chunk boundary inside that prompt (12) is what a resend restores.
+      const history = s.state.history.slice(0, 12);
+      const fresh = e.createSession();
+      expect(e.reusePrefix(fresh, [...history, 1, 2])).toBe(12);
+      // And the ids are those of one unbatched run over the same tokens.
+      const plain = e.createSession();
+      const a = [...e.generate(plain, PROMPT.slice(0, 5), { maxTokens: 2 })].map((t) => t.id);
+      const b = [...e.generate(plain, more, { maxTokens: 2 })].map((t) => t.id);
+      expect([a, b]).toEqual([turn1.ids, turn2.ids]);
+    } finally {
+      e.close();
+    }
+  });
 });

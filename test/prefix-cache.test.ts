@@ -4,9 +4,9 @@
 // used; a directory or FIFO in the folder is left alone. (A full disk and a read-only folder, on
 // real mounts: test/prefix-cache-disk.test.ts.)
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdirSync, readdirSync, statSync, truncateSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync, truncateSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { PREFIX_FILE_SUFFIX, PrefixCache, prefixKey } from "../src/batch/prefix-cache.ts";
+import { PREFIX_FILE_SUFFIX, PrefixCache, prefixFilePrefix, prefixKey } from "../src/batch/prefix-cache.ts";
 import { Engine } from "../src/engine.ts";
 import { loadKernels } from "../src/kernels.ts";
 import { captureState, snapshotBytes } from "../src/model/snapshot.ts";
@@ -32,7 +32,7 @@ function fed(ids: number[]) {
 }
 
 function cache(opts: { ramBytes?: number; dir?: string; diskBytes?: number } = {}) {
-  return new PrefixCache({ k: loadKernels(), fingerprint: engine.fingerprint, modelName: engine.name, vocab: engine.config.vocab, ramBytes: opts.ramBytes ?? 0, dir: opts.dir, diskBytes: opts.diskBytes ?? 2 ** 30 });
+  return new PrefixCache({ k: loadKernels(), identity: engine.identity, modelName: engine.name, vocab: engine.config.vocab, ramBytes: opts.ramBytes ?? 0, dir: opts.dir, diskBytes: opts.diskBytes ?? 2 ** 30 });
 }
 
 const stateHex = (s: SessionState) => hex(captureState(s).data);
@@ -154,7 +154,7 @@ describe("disk tier", () => {
     const names = readdirSync(dir);
     const fa = join(dir, names.find((n) => n.includes(prefixKey(A.slice(0, 4))))!);
     truncateSync(fa, statSync(fa).size - 1);
-    const garbage = join(dir, `${engine.fingerprint.slice(0, 16)}-0000000000000000${PREFIX_FILE_SUFFIX}`);
+    const garbage = join(dir, `${prefixFilePrefix(engine.identity)}0000000000000000${PREFIX_FILE_SUFFIX}`);
     writeFileSync(garbage, "not a session file");
     let again!: PrefixCache;
     const atScan = await warnings(() => (again = cache({ dir })));
@@ -169,12 +169,30 @@ describe("disk tier", () => {
     expect(again.restoreLongest(engine.createSession().state, B, 7)).toBe(4);
   });
 
+  test("a file replaced after the scan by another prefix's (valid, same model and weights): dropped at use, never restored", async () => {
+    const dir = scratchDir("prefix-swapped");
+    const c = cache({ dir });
+    c.store(fed(A.slice(0, 4)).state);
+    c.store(fed(B.slice(0, 4)).state);
+    const again = cache({ dir }); // indexes both files by their headers
+    const name = (t: number[]) => join(dir, `${prefixFilePrefix(engine.identity)}${prefixKey(t)}${PREFIX_FILE_SUFFIX}`);
+    copyFileSync(name(B.slice(0, 4)), name(A.slice(0, 4))); // A's file now holds B's state: checksum and identity fine
+    const s = engine.createSession();
+    let got = -1;
+    const warned = await warnings(() => (got = again.restoreLongest(s.state, A, 9)));
+    expect(got).toBe(0);
+    expect(s.state.pos).toBe(0);
+    expect(warned.join("\n")).toMatch(/holds another prefix than its index entry/);
+    expect(existsSync(name(A.slice(0, 4)))).toBe(false);
+    expect(again.restoreLongest(engine.createSession().state, B, 7)).toBe(4); // B's own file is still good
+  });
+
   test("another model's files in the folder are never used (nor deleted)", async () => {
     const dir = scratchDir("prefix-other");
     cache({ dir }).store(fed(A.slice(0, 4)).state);
     const other = Engine.open(await tinyModel("tiny-b"), { threads: 1, context: 128 });
     try {
-      const c = new PrefixCache({ k: loadKernels(), fingerprint: other.fingerprint, modelName: other.name, vocab: other.config.vocab, ramBytes: 0, dir, diskBytes: 2 ** 30 });
+      const c = new PrefixCache({ k: loadKernels(), identity: other.identity, modelName: other.name, vocab: other.config.vocab, ramBytes: 0, dir, diskBytes: 2 ** 30 });
       const s = other.createSession();
       expect(c.restoreLongest(s.state, A, 9)).toBe(0);
       expect(readdirSync(dir).filter((n) => n.endsWith(PREFIX_FILE_SUFFIX))).toHaveLength(1);
@@ -186,7 +204,7 @@ describe("disk tier", () => {
 
   test("a directory or FIFO named like an entry or its temp file: left alone with a warning, never an error; the cache goes on", async () => {
     const dir = scratchDir("prefix-odd");
-    const name = (ids: number[]) => `${engine.fingerprint.slice(0, 16)}-${prefixKey(ids)}${PREFIX_FILE_SUFFIX}`;
+    const name = (ids: number[]) => `${prefixFilePrefix(engine.identity)}${prefixKey(ids)}${PREFIX_FILE_SUFFIX}`;
     const odd = [name(A.slice(0, 4)), `${name(A.slice(0, 6))}.${process.pid}.tmp`, `${name(B.slice(0, 4))}.99999999.tmp`];
     mkdirSync(join(dir, odd[0]!));
     mkdirSync(join(dir, odd[1]!));

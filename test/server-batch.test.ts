@@ -27,6 +27,15 @@ const textOf = (events: { data: any }[]) =>
     .filter((e) => e.data !== "[DONE]")
     .map((e) => e.data.choices[0]?.text ?? e.data.choices[0]?.delta?.content ?? e.data.choices[0]?.delta?.reasoning_content ?? "")
     .join("");
+/** What every step carried, as the scheduler recorded it: 1..parallel sessions and at most a pass
+ *  of rows (decode rows first, prefill pieces after), each step counted once by its sessions. */
+function expectStepsWithin(stats: ReturnType<Engine["batchStats"]>, parallel: number, rows: number): void {
+  expect(stats.sessionsPerStep.reduce((a, b) => a + b, 0)).toBe(stats.steps);
+  expect(stats.sessionsPerStep.length).toBe(parallel + 1);
+  expect(stats.recent.length).toBeGreaterThan(10);
+  const bad = stats.recent.filter((st) => st.sessions < 1 || st.sessions > parallel || st.decodeRows + st.prefillRows > rows || st.decodeRows + st.prefillRows < st.sessions);
+  expect(bad).toEqual([]);
+}
 const idsOf = (events: { data: any }[]) => events.filter((e) => e.data !== "[DONE]").flatMap((e) => e.data.k3?.token_ids ?? []);
 
 /** A sampled completion run alone, unbatched, in a fresh session (what the server must match). */
@@ -82,9 +91,10 @@ describe("batched generations", () => {
     expect(jChat.choices[0].message.content ?? "").toBe(chat.content);
     expect(idsOf(eLate)).toEqual(late.ids);
     // The steps really carried several sessions at once.
-    const per = engine.batchStats().sessionsPerStep;
+    const stats = engine.batchStats();
+    const per = stats.sessionsPerStep;
     expect(per[2]! + per[3]!).toBeGreaterThan(10);
-    expect(per.length).toBe(4); // never more than --parallel sessions in a step
+    expectStepsWithin(stats, 3, engine.prefillChunk + 3 - 1); // a pass: a chunk plus a decode row per other session
   });
 
   test("a request beyond --parallel waits for a slot, then runs with the others", async () => {
@@ -137,7 +147,11 @@ describe("batched generations", () => {
   test("/k3/stats and /metrics show the batch: steps, sessions per step, recent steps", async () => {
     const s = (await (await fetch(`${server.url}/k3/stats`)).json()) as any;
     expect(s.batch.steps).toBeGreaterThan(0);
-    expect(s.batch.sessions_per_step).toHaveLength(4);
+    // Every step counted once by the sessions it carried, and what each recent step carried
+    // within --parallel and the pass's rows (sessions_per_step alone is sized parallel + 1).
+    expect(s.batch.sessions_per_step.reduce((a: number, b: number) => a + b, 0)).toBe(s.batch.steps);
+    expect(s.batch.sessions_per_step[0]).toBe(0);
+    for (const st of s.batch.recent_steps) expect(st.sessions >= 1 && st.sessions <= 3 && st.decode_rows + st.prefill_rows <= engine.prefillChunk + 2).toBe(true);
     expect(s.batch.recent_steps.at(-1)).toMatchObject({ sessions: expect.any(Number), decode_rows: expect.any(Number), prefill_rows: expect.any(Number) });
     expect(s.server.queue.slots).toBe(3);
     const m = await (await fetch(`${server.url}/metrics`)).text();

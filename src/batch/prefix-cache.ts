@@ -5,13 +5,18 @@
 // Two tiers, both LRU by last use:
 //   - RAM: snapshots (src/model/snapshot.ts) up to `ramBytes`, inside the memory plan's budget
 //     (the planner's "prefix cache" item);
-//   - disk (optional, `dir`): session files (src/model/session-file.ts: fingerprinted,
-//     CRC-32 over tokens and payload) up to `diskBytes`. A snapshot leaving RAM is written here;
-//     one bigger than the RAM tier goes straight here. Files survive restarts (last use = mtime).
+//   - disk (optional, `dir`): session files (src/model/session-file.ts: tied to what produced
+//     them — the model, the trunk format and pack, the exact shard bytes — and a CRC-32 over
+//     tokens and payload) up to `diskBytes`. A snapshot leaving RAM is written here; one bigger
+//     than the RAM tier goes straight here. Files survive restarts (last use = mtime). Named
+//     `<model>-<weights>-<prefix>.k3prefix`: engines of other models, other trunks (a bf16 and an
+//     int4 server sharing the folder) or other shard bytes never use each other's files, nor
+//     delete them (another engine may be using them); a scan logs how many it left alone and why.
 //
 // Invariants:
 //   - an entry is used only after its bytes are checked: a RAM snapshot is checked against the
-//     session it is restored into; a file against its checksum and the model's fingerprint first.
+//     session it is restored into (it was taken by this engine, from these weights); a file
+//     against its identity (model and weights) and its checksum first.
 //     A bad entry is dropped (its file deleted) with a warning and the lookup goes on to the next
 //     longest prefix; nothing wrong is ever restored;
 //   - a failed write (a vanished folder, a directory in the way) leaves no file behind and only
@@ -30,7 +35,7 @@ import { K3Error } from "../errors.ts";
 import { isDiskFull, notRegular, removeFile, writableDir } from "../files.ts";
 import type { Kernels } from "../kernels.ts";
 import { log } from "../log.ts";
-import { readSessionHeader, readSnapshot, saveSession, saveSnapshot } from "../model/session-file.ts";
+import { identityHash, identityMismatch, readSessionHeader, readSnapshot, saveSession, saveSnapshot, type StateIdentity } from "../model/session-file.ts";
 import { captureState, restoreState, snapshotBytes, type StateSnapshot } from "../model/snapshot.ts";
 import type { SessionState } from "../model/state.ts";
 
@@ -38,8 +43,9 @@ export const PREFIX_FILE_SUFFIX = ".k3prefix";
 
 export interface PrefixCacheOptions {
   k: Kernels;
-  /** Identity of the model (Engine.fingerprint): files of another model are never used. */
-  fingerprint: string;
+  /** What this engine's states are computed with (Engine.identity): files of another model or of
+   *  other weights are never used. */
+  identity: StateIdentity;
   modelName: string;
   vocab: number;
   /** RAM tier size in bytes (0: no RAM tier). */
@@ -62,6 +68,9 @@ export interface PrefixCacheStats {
   stores: number;
   /** Entries dropped because they failed a check (bad file, wrong layout). */
   dropped: number;
+  /** Files in the disk tier's folder of this model but other weights (another trunk, other shard
+   *  bytes, an older k3): seen at the scan, never used, left in place. */
+  otherWeights: number;
   /** Disk writes that failed (full disk, …): the entry was lost, nothing else. */
   writeFailures: number;
   /** Whether the disk tier still writes: false for a read-only folder, or once a full disk left
@@ -92,14 +101,25 @@ export function prefixKey(tokens: number[]): string {
   return Bun.hash(new Int32Array(tokens).buffer).toString(16).padStart(16, "0");
 }
 
+/** The start of the disk tier's file names for an engine: `<model>-<weights>-` (16 + 8 hex digits:
+ *  the model's fingerprint, then a hash of the whole identity). */
+export function prefixFilePrefix(identity: StateIdentity): string {
+  return `${identity.model.slice(0, 16)}-${identityHash(identity).slice(0, 8)}-`;
+}
+
 export class PrefixCache {
   private readonly entries = new Map<string, Entry>();
   private clock = 0;
   /** The disk tier writes new entries (a disk tier, not read-only, not stopped by a full disk). */
   private diskWritable: boolean;
-  private readonly counters = { lookups: 0, hits: 0, ramHits: 0, diskHits: 0, tokensSaved: 0, bytesRestored: 0, stores: 0, dropped: 0, writeFailures: 0, evictedRam: 0, evictedDisk: 0 };
+  private readonly counters = { lookups: 0, hits: 0, ramHits: 0, diskHits: 0, tokensSaved: 0, bytesRestored: 0, stores: 0, dropped: 0, otherWeights: 0, writeFailures: 0, evictedRam: 0, evictedDisk: 0 };
+  /** File names of this model start with `model-`; this engine's with `model-weights-`. */
+  private readonly modelPrefix: string;
+  private readonly ownPrefix: string;
 
   constructor(private readonly o: PrefixCacheOptions) {
+    this.modelPrefix = `${o.identity.model.slice(0, 16)}-`;
+    this.ownPrefix = prefixFilePrefix(o.identity);
     if (!Number.isSafeInteger(o.ramBytes) || o.ramBytes < 0) throw new K3Error("USAGE", `prefix cache RAM size must be ≥ 0 bytes, got ${o.ramBytes}`);
     if (o.dir !== undefined) {
       if (!Number.isSafeInteger(o.diskBytes) || o.diskBytes! < 1) throw new K3Error("USAGE", `prefix cache disk size must be ≥ 1 byte, got ${o.diskBytes}`);
@@ -248,12 +268,12 @@ export class PrefixCache {
       if (!e.ram) this.entries.delete(e.key); // read-only or full: said once already
       return;
     }
-    const path = join(this.o.dir!, `${this.o.fingerprint.slice(0, 16)}-${e.key}${PREFIX_FILE_SUFFIX}`);
+    const path = join(this.o.dir!, `${this.ownPrefix}${e.key}${PREFIX_FILE_SUFFIX}`);
     let need = "data" in from ? from.data.byteLength : snapshotBytes(from);
     for (;;) {
       try {
-        if ("data" in from) saveSnapshot(this.o.k, from, this.o.fingerprint, this.o.modelName, path, { prefixCache: 1 });
-        else saveSession(this.o.k, from, [], this.o.fingerprint, this.o.modelName, path, { prefixCache: 1 });
+        if ("data" in from) saveSnapshot(this.o.k, from, this.o.identity, this.o.modelName, path, { prefixCache: 1 });
+        else saveSession(this.o.k, from, [], this.o.identity, this.o.modelName, path, { prefixCache: 1 });
         e.file = { path, bytes: statSync(path).size };
         break;
       } catch (err) {
@@ -306,7 +326,7 @@ export class PrefixCache {
   private load(e: Entry, state: SessionState): StateSnapshot | undefined {
     if (e.ram) return e.ram;
     try {
-      const { snap } = readSnapshot(this.o.k, this.o.vocab, this.o.fingerprint, e.file!.path);
+      const { snap } = readSnapshot(this.o.k, this.o.vocab, this.o.identity, e.file!.path);
       if (!sameTokens(snap.history, e.tokens)) throw new K3Error("SESSION", `${e.file!.path} holds another prefix than its index entry`);
       if (snap.pos > state.maxContext) throw new K3Error("SESSION", `${e.file!.path} holds ${snap.pos} tokens, more than the context`);
       return snap;
@@ -323,8 +343,9 @@ export class PrefixCache {
     this.entries.delete(e.key);
   }
 
-  /** Index the disk tier: this model's files by header (a bad header is deleted with a warning),
-   *  leftovers of interrupted writes removed, then the cap applied. */
+  /** Index the disk tier: this engine's files by header (a bad one is deleted with a warning),
+   *  this model's files of other weights counted and left alone, leftovers of interrupted writes
+   *  removed, then the cap applied. */
   private scanDisk(): void {
     const dir = this.o.dir!;
     let names: string[];
@@ -333,12 +354,12 @@ export class PrefixCache {
     } catch (e) {
       throw new K3Error("USAGE", `cannot read the prefix cache folder ${dir}: ${(e as Error).message}`);
     }
-    const mine = `${this.o.fingerprint.slice(0, 16)}-`;
+    let otherWhy: string | undefined;
     for (const name of names) {
       const path = join(dir, name);
-      const ours = name.startsWith(mine) && name.endsWith(PREFIX_FILE_SUFFIX);
+      const ofModel = name.startsWith(this.modelPrefix) && name.endsWith(PREFIX_FILE_SUFFIX);
       const debris = name.endsWith(".tmp") && name.includes(PREFIX_FILE_SUFFIX);
-      if (!ours && !debris) continue;
+      if (!ofModel && !debris) continue; // another model's, or not a cache file
       // Named like an entry or a temp file but a directory, FIFO, …: not ours to open or delete.
       const what = notRegular(path);
       if (what) {
@@ -349,11 +370,17 @@ export class PrefixCache {
         if (!writerAlive(name)) removeFile(path);
         continue;
       }
+      if (!name.startsWith(this.ownPrefix)) {
+        this.counters.otherWeights++;
+        otherWhy ??= this.otherReason(path);
+        continue;
+      }
       try {
         const { header, fileBytes } = readSessionHeader(path);
-        if (header.model !== this.o.fingerprint) continue; // another model's (same name prefix): not ours
+        const mismatch = identityMismatch(header, this.o.identity, path);
+        if (mismatch) throw mismatch; // named as ours, holds another's state: not trusted
         const key = prefixKey(header.history);
-        if (name !== `${mine}${key}${PREFIX_FILE_SUFFIX}`) throw new K3Error("SESSION", `${path}: its name does not match the prefix it holds`);
+        if (name !== `${this.ownPrefix}${key}${PREFIX_FILE_SUFFIX}`) throw new K3Error("SESSION", `${path}: its name does not match the prefix it holds`);
         this.entries.set(key, { key, tokens: header.history, lastUse: statSync(path).mtimeMs, file: { path, bytes: fileBytes } });
       } catch (err) {
         this.counters.dropped++;
@@ -361,8 +388,20 @@ export class PrefixCache {
         removeFile(path);
       }
     }
+    if (this.counters.otherWeights > 0)
+      log.warn(`prefix cache: ${this.counters.otherWeights} entries in ${dir} were written for other weights of this model (${otherWhy}): not used, and left in place (another engine may use them; delete them when none does)`);
     this.clock = Math.max(this.clock, ...[...this.entries.values()].map((e) => e.lastUse));
     this.fitDisk();
+  }
+
+  /** Why a file of this model but not of this engine's weights is not ours (for the scan's log). */
+  private otherReason(path: string): string {
+    try {
+      const why = identityMismatch(readSessionHeader(path).header, this.o.identity, path)?.message ?? `${path} is named for other weights`;
+      return why.split("\n")[0]!; // the reason, without the advice meant for a session's owner
+    } catch (err) {
+      return (err as Error).message.split("\n")[0]!;
+    }
   }
 }
 

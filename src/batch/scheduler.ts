@@ -237,7 +237,9 @@ export class BatchScheduler {
   }
 
   stats(): BatchStats {
-    const perStep = Array.from({ length: this.parallel + 1 }, (_, i) => this.perStep[i] ?? 0);
+    // Index n = steps that carried n sessions, for every n seen (never more than parallel: a step
+    // over it would show here, not vanish).
+    const perStep = Array.from({ length: Math.max(this.parallel + 1, this.perStep.length) }, (_, i) => this.perStep[i] ?? 0);
     return { ...this.counters, sessionsPerStep: perStep, recent: this.timeline.slice(), waiting: this.pending.length };
   }
 }

@@ -8,9 +8,14 @@
 // then its matrices in forward order, each matrix's q then its scales, no padding, so a piece of
 // consecutive matrices is one read) | header JSON | u64 LE header length | u32 LE CRC-32C of the
 // header | 4 zero bytes | "K3PACK01".
-// The header ties the file to the exact shard bytes it came from (each shard's header hash, size
-// and mtime, as `k3 verify --record` does: a changed shard makes the pack stale, refused) and
-// holds a CRC-32C per trunk block (pieces.ts's grid) so `--verify` checks every landed piece.
+// The header ties the file to the exact shard bytes it came from (each shard's stamp, as
+// `k3 verify --record` records it: src/checkpoint/stamps.ts; a changed shard makes the pack stale,
+// refused) and holds, per trunk block (pieces.ts's grid), two CRC-32Cs: of the block as packed
+// (checked when the block first lands in an engine, and at every landing with `--verify`) and of
+// the exact source rows it was made from (`k3 verify` reads them again from the shards: a shard
+// edited with its mtime put back, which the stamp cannot see, makes the pack stale there).
+// Nothing here is specific to int8/int4: a side file holding trunk weights in another format
+// (issue 25's exact compact trunk) gets the same checks by writing the same two tables.
 //
 // Where: `k3-trunk-int4.k3pack` next to the model when that folder can take it, else (read-only
 // folder, a Hugging Face download k3 must not write into) k3's cache folder ($XDG_CACHE_HOME/k3/
@@ -24,19 +29,20 @@ import type { ModelConfig } from "../checkpoint/types.ts";
 import { K3Error } from "../errors.ts";
 import { openRegularFile, writableDir, writeAll, writeFileAtomic } from "../files.ts";
 import { K3_STATUS, loadKernels, type Kernels } from "../kernels.ts";
-import { CBuffers } from "../model/cmem.ts";
+import { CBuffers, type Addr } from "../model/cmem.ts";
 import { HEAD_MATRICES, layerMatrices } from "../model/walk.ts";
 import { LM_MODEL_PREFIX } from "../checkpoint/shapes.ts";
-import { DEFAULT_BLOCK_BYTES, blocksOf, type Part, type PieceOptions, type TrunkTensor } from "./pieces.ts";
+import { DEFAULT_BLOCK_BYTES, blocksOf, type Part, type PieceOptions, type TrunkBlock, type TrunkTensor } from "./pieces.ts";
 import type { StreamSlots } from "./plan.ts";
 import { metadataSlots, specTrunkTensors, streamSlots } from "./slots.ts";
 import { trunkUnitEntries } from "./units.ts";
-import { stamps, staleReason, type ShardStamp } from "./verify.ts";
+import { shardStamps, staleReason } from "../checkpoint/stamps.ts";
 
 export type TrunkFormat = "bf16" | "int8" | "int4";
 export const TRUNK_FORMATS: readonly TrunkFormat[] = ["bf16", "int8", "int4"];
 const MAGIC = "K3PACK01";
-const FORMAT = "k3-pack-1";
+/** -2: per-block CRC-32Cs of the source rows too (-1: of the packed bytes only). */
+const FORMAT = "k3-pack-2";
 const DATA_START = 4096;
 /** Group size of the packed formats (k3.h). */
 const GROUP = 32;
@@ -49,8 +55,13 @@ export interface PackedTrunk {
   /** Every trunk tensor per unit, where it lives in the pack. */
   tensors: TrunkTensor[][];
   fileBytes: number;
-  /** Recorded CRC-32C of a trunk block (by key), for `--verify`. */
+  /** Recorded CRC-32C of a trunk block (by key) as packed: checked as blocks land. */
   blockCrc: (key: string) => number | undefined;
+  /** Recorded CRC-32C of the exact source rows a block was made from (`k3 verify`). */
+  sourceCrc: (key: string) => number | undefined;
+  /** A hash of every block's CRC-32C: the identity of the pack's content (not of where it lives),
+   *  what states saved by an engine running this trunk are tied to. */
+  contentHash: string;
 }
 
 /** The bits of a packed format. */
@@ -150,7 +161,7 @@ export function writePack(k: Kernels, ckpt: Checkpoint, format: Exclude<TrunkFor
   writeFileAtomic(path, "the packed trunk", "IO", (out) => {
     writeAll(out, Buffer.from(MAGIC.padEnd(DATA_START, "\0")), 0);
     data = writePackData(k, ckpt.config, exact, tensors, format, out, (done) => onProgress?.(done, totalBytes));
-    const header = packHeader(ckpt, format, tensors, dataEnd, data.crcs);
+    const header = packHeader(ckpt, format, tensors, dataEnd, data.crcs, data.sources);
     const tail = Buffer.alloc(TAIL);
     tail.writeBigUInt64LE(BigInt(header.byteLength), 0);
     tail.writeUInt32LE(k.k3_crc32c(0, header, header.byteLength), 8);
@@ -165,75 +176,153 @@ export function writePack(k: Kernels, ckpt: Checkpoint, format: Exclude<TrunkFor
 interface PackedData {
   /** CRC-32C of every block as written (pieces.ts's grid), by block key. */
   crcs: Record<string, number>;
+  /** CRC-32C of the exact source rows of every block, by block key. */
+  sources: Record<string, number>;
   packedMatrices: number;
   /** k3_quant_error's running sums over every quantised block: Σ(w − q·s)², Σw², the worst row's ratio. */
   err: Float64Array;
 }
 
-/** The data section: every trunk tensor of `exact` read block by block from the shards, copied
- *  exactly or quantised, and written where `tensors` (its pack layout) puts it in `out`. */
-function writePackData(k: Kernels, cfg: ModelConfig, exact: TrunkTensor[][], tensors: TrunkTensor[][], format: Exclude<TrunkFormat, "bf16">, out: number, onProgress: (doneBytes: number) => void): PackedData {
-  const bits = bitsOf(format);
+/** One block of a pack's grid: the packed tensor, its exact source, and the block. */
+interface PackBlock {
+  t: TrunkTensor;
+  b: TrunkBlock;
+  /** Where its exact rows are in the shards. */
+  src: { file: string; offset: number; bytes: number };
+}
+
+/**
+ * Every block of the pack layout `tensors` (pieces.ts's grid: the checksum unit the engine checks)
+ * with the shard bytes it is made from, and two buffers big enough for any block's source and
+ * packed bytes: what writing a pack and verifying one both walk. `each` gets the source rows
+ * read into `src` (ptr, view); a short read is an IO error naming the tensor.
+ */
+function walkPackBlocks(k: Kernels, cfg: ModelConfig, exact: TrunkTensor[][], tensors: TrunkTensor[][], each: (blk: PackBlock, src: { ptr: Addr; view: Uint8Array }, dst: Addr, view: (ptr: number, bytes: number) => Uint8Array) => void): void {
   const source = new Map(exact.flat().map((t) => [t.name, t]));
+  const sliceable = new Set(exact.flatMap((_, u) => unitWalk(cfg, u).filter((m) => m.sliceable).map((m) => m.suffix)));
+  const blocks: PackBlock[] = tensors.flat().flatMap((t) => {
+    const s = source.get(t.name)!;
+    const rowSrc = s.bytes / (t.shape[0] ?? 1);
+    return blocksOf(t, sliceable.has(t.name), DEFAULT_BLOCK_BYTES).map((b) => ({ t, b, src: { file: s.file, offset: s.offset + b.r0 * rowSrc, bytes: (b.r1 - b.r0) * rowSrc } }));
+  });
   const mem = new CBuffers(k);
   const fds = new Map<string, number>();
-  const crcs: Record<string, number> = {};
-  let doneBytes = 0;
-  let packedMatrices = 0;
-  const err = new Float64Array(3);
   const fd = (f: string) => {
     let d = fds.get(f);
     if (d === undefined) fds.set(f, (d = openSync(f, "r")));
     return d;
   };
   try {
-    // Every tensor in the blocks pieces.ts cuts it into (the checksum grid the engine checks).
-    const sliceable = new Set(exact.flatMap((_, u) => unitWalk(cfg, u).filter((m) => m.sliceable).map((m) => m.suffix)));
-    const work = tensors.flat().map((t) => {
-      const s = source.get(t.name)!;
-      const rowSrc = s.bytes / (t.shape[0] ?? 1);
-      return { t, s, rowSrc, blocks: blocksOf(t, sliceable.has(t.name), DEFAULT_BLOCK_BYTES) };
-    });
-    const maxSrc = Math.max(64, ...work.flatMap((w) => w.blocks.map((b) => (b.r1 - b.r0) * w.rowSrc)));
-    const maxOut = Math.max(64, ...work.flatMap((w) => w.blocks.map((b) => b.parts.reduce((a, p) => a + p.bytes, 0))));
-    const src = mem.alloc(maxSrc, "pack source rows");
-    const dst = mem.alloc(maxOut, "pack output rows");
+    const src = mem.alloc(Math.max(64, ...blocks.map((x) => x.src.bytes)), "pack source rows");
+    const dst = mem.alloc(Math.max(64, ...blocks.map((x) => x.b.parts.reduce((a, p) => a + p.bytes, 0))), "pack output rows");
     const view = (ptr: number, bytes: number) => new Uint8Array(toArrayBuffer(ptr as any, 0, bytes));
-    for (const { t, s, rowSrc, blocks } of work) {
-      if (t.scales) packedMatrices++;
-      for (const b of blocks) {
-        const n = b.r1 - b.r0;
-        const bytes = n * rowSrc;
-        const off = s.offset + b.r0 * rowSrc;
-        const got = readSync(fd(s.file), view(src.ptr, bytes), 0, bytes, off);
-        if (got !== bytes) throw new K3Error("IO", `${s.file}: short read of ${t.name} at offset ${off} (${got} of ${bytes} bytes)`);
-        if (!t.scales) {
-          // Copied exactly (cores, MLA's kv_b, matrices whose columns are not whole groups).
-          writeAll(out, view(src.ptr, bytes), b.parts[0]!.offset);
-          crcs[b.key] = k.k3_crc32c(0, src.ptr, bytes);
-        } else {
-          const [data, scales] = b.parts as [Part, Part];
-          const st = k.k3_quantize_bf16(src.ptr, n, t.shape[1]!, bits, dst.ptr, (dst.ptr + data.bytes) as any);
-          if (st === K3_STATUS.nonfinite) throw new K3Error("CHECKPOINT", `${t.name} rows ${b.r0}..${b.r1 - 1} hold NaN or infinite weights: this model cannot be packed (check it with k3 verify)`);
-          if (st !== K3_STATUS.ok) throw new K3Error("INTERNAL", `k3_quantize_bf16 refused ${t.name} (${n}×${t.shape[1]}, status ${st})`);
-          k.k3_quant_error(src.ptr, n, t.shape[1]!, bits, dst.ptr, (dst.ptr + data.bytes) as any, err);
-          writeAll(out, view(dst.ptr, data.bytes), data.offset);
-          writeAll(out, view(dst.ptr + data.bytes, scales.bytes), scales.offset);
-          crcs[b.key] = k.k3_crc32c(0, dst.ptr, data.bytes + scales.bytes);
-        }
-        doneBytes += bytes;
-        onProgress(doneBytes);
-      }
+    for (const blk of blocks) {
+      const v = view(src.ptr, blk.src.bytes);
+      const got = readSync(fd(blk.src.file), v, 0, blk.src.bytes, blk.src.offset);
+      if (got !== blk.src.bytes) throw new K3Error("IO", `${blk.src.file}: short read of ${blk.t.name} at offset ${blk.src.offset} (${got} of ${blk.src.bytes} bytes)`);
+      each(blk, { ptr: src.ptr, view: v }, dst.ptr, view);
     }
   } finally {
     for (const d of fds.values()) closeSync(d);
     mem.free();
   }
-  return { crcs, packedMatrices, err };
+}
+
+/** The data section: every trunk tensor of `exact` read block by block from the shards, copied
+ *  exactly or quantised, and written where `tensors` (its pack layout) puts it in `out`. */
+function writePackData(k: Kernels, cfg: ModelConfig, exact: TrunkTensor[][], tensors: TrunkTensor[][], format: Exclude<TrunkFormat, "bf16">, out: number, onProgress: (doneBytes: number) => void): PackedData {
+  const bits = bitsOf(format);
+  const crcs: Record<string, number> = {};
+  const sources: Record<string, number> = {};
+  let doneBytes = 0;
+  const err = new Float64Array(3);
+  walkPackBlocks(k, cfg, exact, tensors, ({ t, b, src: from }, src, dst, view) => {
+    sources[b.key] = k.k3_crc32c(0, src.ptr, from.bytes);
+    if (!t.scales) {
+      // Copied exactly (cores, MLA's kv_b, matrices whose columns are not whole groups).
+      writeAll(out, src.view, b.parts[0]!.offset);
+      crcs[b.key] = sources[b.key]!;
+    } else {
+      const n = b.r1 - b.r0;
+      const [data, scales] = b.parts as [Part, Part];
+      const st = k.k3_quantize_bf16(src.ptr, n, t.shape[1]!, bits, dst, ((dst as number) + data.bytes) as Addr);
+      if (st === K3_STATUS.nonfinite) throw new K3Error("CHECKPOINT", `${t.name} rows ${b.r0}..${b.r1 - 1} hold NaN or infinite weights: this model cannot be packed (check it with k3 verify)`);
+      if (st !== K3_STATUS.ok) throw new K3Error("INTERNAL", `k3_quantize_bf16 refused ${t.name} (${n}×${t.shape[1]}, status ${st})`);
+      k.k3_quant_error(src.ptr, n, t.shape[1]!, bits, dst, ((dst as number) + data.bytes) as Addr, err);
+      writeAll(out, view(dst, data.bytes), data.offset);
+      writeAll(out, view((dst as number) + data.bytes, scales.bytes), scales.offset);
+      crcs[b.key] = k.k3_crc32c(0, dst, data.bytes + scales.bytes);
+    }
+    doneBytes += from.bytes;
+    onProgress(doneBytes);
+  });
+  return { crcs, sources, packedMatrices: tensors.flat().filter((t) => t.scales).length, err };
+}
+
+export interface PackCheck {
+  path: string;
+  format: Exclude<TrunkFormat, "bf16">;
+  blocks: number;
+  /** Bytes read: the pack's payload and the exact rows it was made from. */
+  packBytes: number;
+  sourceBytes: number;
+  ms: number;
+}
+
+/**
+ * `k3 verify` for a pack: every block read back from the pack and compared with its recorded CRC
+ * (a flipped byte in the payload), and the exact rows it was made from read again from the shards
+ * and compared with theirs (a shard edited with its mtime put back: the pack is stale there).
+ * Throws K3Error VERIFY listing each block that differs (at most `maxListed`, the rest counted).
+ */
+export function verifyPack(k: Kernels, ckpt: Checkpoint, format: Exclude<TrunkFormat, "bf16">, maxListed: number, onProgress?: (doneBytes: number, totalBytes: number) => void): PackCheck {
+  const t0 = performance.now();
+  const pack = loadPack(ckpt, format);
+  const exact = trunkUnitEntries(ckpt).map((list) => list.map((e): TrunkTensor => ({ name: e.name, file: e.file, offset: e.offset, bytes: e.bytes, dtype: e.dtype, shape: e.shape })));
+  const bad: string[] = [];
+  const hex = (x: number | undefined) => (x === undefined ? "nothing" : x.toString(16));
+  const where = (b: TrunkBlock) => `${b.tensor}${b.key === b.tensor ? "" : ` rows ${b.r0}..${b.r1 - 1}`}`;
+  const total = exact.flat().reduce((a, t) => a + t.bytes, 0);
+  const { fd: out } = openRegularFile(pack.path, "packed trunk", "CHECKPOINT");
+  let blocks = 0;
+  let packBytes = 0;
+  let sourceBytes = 0;
+  try {
+    walkPackBlocks(k, ckpt.config, exact, pack.tensors, ({ b, src: from }, src, dst, view) => {
+      blocks++;
+      const source = k.k3_crc32c(0, src.ptr, from.bytes);
+      if (source !== pack.sourceCrc(b.key)) bad.push(`${where(b)}: made from other bytes of ${basename(from.file)} (they read ${hex(source)} now, ${hex(pack.sourceCrc(b.key))} when packed): the pack is stale`);
+      let off = 0;
+      for (const part of b.parts) {
+        const got = readSync(out, view((dst as number) + off, part.bytes), 0, part.bytes, part.offset);
+        if (got !== part.bytes) throw new K3Error("IO", `${pack.path}: short read of ${where(b)} at offset ${part.offset}`);
+        off += part.bytes;
+      }
+      const crc = k.k3_crc32c(0, dst, off);
+      if (crc !== pack.blockCrc(b.key)) bad.push(`${where(b)}: the packed bytes fail their checksum (read ${hex(crc)}, recorded ${hex(pack.blockCrc(b.key))})`);
+      packBytes += off;
+      sourceBytes += from.bytes;
+      onProgress?.(sourceBytes, total);
+    });
+  } finally {
+    closeSync(out);
+  }
+  if (bad.length)
+    throw new K3Error("VERIFY", `${pack.path}: ${bad.length} block(s) of the ${format} trunk differ from what was packed`, [
+      ...bad.slice(0, maxListed),
+      ...(bad.length > maxListed ? [`… and ${bad.length - maxListed} more`] : []),
+      `make it again: k3 pack ${ckpt.dir} --trunk ${format}`,
+    ]);
+  return { path: pack.path, format, blocks, packBytes, sourceBytes, ms: performance.now() - t0 };
+}
+
+/** The formats packed for this checkpoint (a pack file exists where loadPack looks). */
+export function packedFormats(ckpt: Checkpoint): Exclude<TrunkFormat, "bf16">[] {
+  return TRUNK_FORMATS.filter((f): f is Exclude<TrunkFormat, "bf16"> => f !== "bf16" && candidatePaths(ckpt, f).some((p) => existsSync(p)));
 }
 
 /** The header JSON: the format, the model and shard bytes it was made from, the layout, the block CRCs. */
-function packHeader(ckpt: Checkpoint, format: Exclude<TrunkFormat, "bf16">, tensors: TrunkTensor[][], dataEnd: number, crcs: Record<string, number>): Buffer {
+function packHeader(ckpt: Checkpoint, format: Exclude<TrunkFormat, "bf16">, tensors: TrunkTensor[][], dataEnd: number, crcs: Record<string, number>, sources: Record<string, number>): Buffer {
   return Buffer.from(
     JSON.stringify({
       format: FORMAT,
@@ -242,10 +331,11 @@ function packHeader(ckpt: Checkpoint, format: Exclude<TrunkFormat, "bf16">, tens
       blockBytes: DEFAULT_BLOCK_BYTES,
       model: ckpt.dir,
       fingerprint: fingerprint(ckpt),
-      shards: stamps(ckpt),
+      shards: shardStamps(ckpt),
       dataEnd,
       tensors: tensors.map((list) => list.map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, offset: t.offset, bytes: t.bytes, scales: t.scales }))),
       crcs,
+      sources,
     }),
   );
 }
@@ -292,10 +382,11 @@ export function loadPack(ckpt: Checkpoint, format: Exclude<TrunkFormat, "bf16">)
   } finally {
     if (fd >= 0) closeSync(fd);
   }
+  if (body?.format === "k3-pack-1") bad(`made by an older k3 (k3-pack-1: no checksums of the shard bytes it came from, which \`k3 verify\` needs)`);
   if (body?.format !== FORMAT) bad(`format ${JSON.stringify(body?.format)}, this k3 reads ${FORMAT}`);
   if (body.trunk !== format || body.group !== GROUP) bad(`holds a ${body.trunk} trunk in groups of ${body.group}, asked for ${format} in groups of ${GROUP}`);
   if (body.fingerprint !== fingerprint(ckpt)) bad(`packed from another model (config or tensors differ from ${ckpt.dir})`);
-  const stale = staleReason(body.shards, stamps(ckpt), "the trunk was packed");
+  const stale = staleReason(body.shards, shardStamps(ckpt), "the trunk was packed");
   if (stale) bad(`packed from other shard bytes (${stale})`);
   const dataEnd = body.dataEnd;
   if (dataEnd + hlen + TAIL !== fileBytes) bad(`${fileBytes} bytes, the header describes ${dataEnd + hlen + TAIL} (bytes added or cut)`);
@@ -307,7 +398,10 @@ export function loadPack(ckpt: Checkpoint, format: Exclude<TrunkFormat, "bf16">)
   const expect = JSON.stringify(want.tensors.map((list) => list.map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, offset: t.offset, bytes: t.bytes, scales: t.scales }))));
   if (got !== expect) bad("its tensor table differs from what this model's trunk packs to");
   const crcs: Record<string, unknown> = body.crcs ?? {};
-  return { path, format, tensors: want.tensors, fileBytes, blockCrc: (key) => (typeof crcs[key] === "number" ? (crcs[key] as number) : undefined) };
+  const sources: Record<string, unknown> = body.sources ?? {};
+  const num = (table: Record<string, unknown>, key: string) => (typeof table[key] === "number" ? (table[key] as number) : undefined);
+  const contentHash = Bun.hash(JSON.stringify(crcs)).toString(16).padStart(16, "0");
+  return { path, format, tensors: want.tensors, fileBytes, blockCrc: (key) => num(crcs, key), sourceCrc: (key) => num(sources, key), contentHash };
 }
 
 /**

@@ -4,18 +4,19 @@
 //   StreamedTrunk   (trunk.ts)        pinned trunk pieces + the rings that stream the rest
 //   EmbeddingRows   (embed-rows.ts)   one embedding row per token, read on demand
 //   ExpertSlotCache (expert-cache.ts) the routed experts' slots, eviction, lookahead reads
-//   ReadChecks      (read-checks.ts)  --verify: every landed read checked before use
+//   ReadChecks      (read-checks.ts)  --verify: every landed read checked before use; a packed
+//                                     trunk's pieces, the first time each lands, without it
 // Buffer sizes come from slots.ts, the same figures the planner sums.
 import type { Checkpoint } from "../checkpoint/catalogue.ts";
 import { LM_HEAD_NAME, LM_MODEL_PREFIX } from "../checkpoint/shapes.ts";
-import type { PieceOptions, TrunkTensor } from "./pieces.ts";
+import { DEFAULT_BLOCK_BYTES, type PieceOptions, type TrunkTensor } from "./pieces.ts";
 import type { Kernels } from "../kernels.ts";
 import { CBuffers, type Addr } from "../model/cmem.ts";
 import type { ExpertRef, LayerRef, TensorRef, WeightProvider, WeightStats } from "../model/weights.ts";
 import { EmbeddingRows } from "./embed-rows.ts";
 import { ExpertSlotCache } from "./expert-cache.ts";
 import type { PolicyName } from "./policy/index.ts";
-import { checksumChecks, type ReadChecks } from "./read-checks.ts";
+import { checksumChecks, firstLandingChecks, type ReadChecks } from "./read-checks.ts";
 import { ShardReader } from "./reader.ts";
 import { trunkLayout } from "./slots.ts";
 import { StreamedTrunk } from "./trunk.ts";
@@ -33,8 +34,9 @@ export interface StreamOptions {
   prefetch: boolean;
   /** How the trunk is cut into pieces (the planner must have used the same). */
   pieces?: PieceOptions;
-  /** A compact trunk (`k3 pack`): its tensors per unit and the files they live in; default the
-   *  shards' exact trunk. */
+  /** A compact trunk (`k3 pack`): its tensors per unit, the files they live in and the CRC-32C of
+   *  each block (each piece is checked against them when it first lands); default the shards'
+   *  exact trunk. */
   trunk?: { tensors: TrunkTensor[][]; files: { file: string; bytes: number }[]; blockCrc: (key: string) => number | undefined };
   /** Ask for O_DIRECT; the probe decides, and stats say what happened. */
   direct: boolean;
@@ -53,7 +55,7 @@ export class StreamingWeights implements WeightProvider {
   private trunk: StreamedTrunk;
   private rows: EmbeddingRows;
   private experts: ExpertSlotCache;
-  private checks?: ReadChecks;
+  private checks?: Pick<ReadChecks, "ms" | "bytes">;
 
   constructor(k: Kernels, ckpt: Checkpoint, opts: StreamOptions) {
     const mem = new CBuffers(k);
@@ -61,15 +63,19 @@ export class StreamingWeights implements WeightProvider {
     let trunk: StreamedTrunk | undefined;
     try {
       const layout = trunkLayout(ckpt, { ...opts.pieces, tensors: opts.trunk?.tensors });
-      // --verify: the exact trunk's blocks against `k3 verify --record`, a pack's against its own header.
+      // --verify: the exact trunk's blocks against `k3 verify --record`, a pack's against its own
+      // header, at every landing; without it a pack's blocks the first time they land.
       const checks = opts.checksums && checksumChecks(k, ckpt, opts.checksums, layout, opts.trunk?.blockCrc);
-      this.checks = checks;
+      // (A pack's checksums are on the default block grid: the test-only grids of other sizes have none.)
+      const packGrid = layout.blockBytes === DEFAULT_BLOCK_BYTES;
+      const trunkChecks = checks ?? (opts.trunk && packGrid ? firstLandingChecks(k, layout, ckpt.config.numLayers, opts.trunk.blockCrc) : undefined);
+      this.checks = checks ?? trunkChecks;
       trunk = new StreamedTrunk(mem, reader, layout, ckpt.config.numLayers, {
         pinned: opts.pinnedPieces,
         matrixSlots: opts.ringSlots,
         coreSlots: opts.coreSlots,
         prefetch: opts.prefetch,
-        check: checks && ((id, plan, base) => checks.trunkPiece(id, plan, base)),
+        check: trunkChecks && ((id, plan, base) => trunkChecks.trunkPiece(id, plan, base)),
         onProgress: opts.onProgress,
       });
       this.rows = new EmbeddingRows(k, mem, reader, ckpt, checks && ((id, row, bytes) => checks.embedRow(id, row, bytes)));

@@ -6,26 +6,32 @@
 //    refuses anything else, for every command — checkShardSizes reports it);
 //  - `--record` reads everything a token can read once and records a CRC-32C per trunk block
 //    (a tensor, or a row block of a large matrix: src/memory/pieces.ts), per routed expert and
-//    per embedding row, tied to the exact shard bytes it was computed from
-//    (each shard's header hash, size and mtime);
+//    per embedding row, tied to the exact shard bytes it was computed from (each shard's stamp:
+//    header hash, size and mtime, src/checkpoint/stamps.ts);
 //  - `k3 verify` without `--record` reads everything again and compares with what was recorded;
 //  - `run --verify` compares every read during generation: trunk units, experts and embedding
-//    rows alike (read-checks.ts); a trunk piece of any size is checked block by block.
+//    rows alike (read-checks.ts); a trunk piece of any size is checked block by block;
+//  - every packed trunk (`k3 pack`) is read whole, with or without `--record`: each block against
+//    the CRC-32C the pack recorded for it and against the CRC-32C of the exact shard rows it was
+//    made from (pack.ts verifyPack): a flipped byte in the pack, or a shard edited with its mtime
+//    put back since the pack was made, is named.
 //
 // Where the file lives: `k3-checksums.json` next to the model when that folder can take it, else
 // (read-only folder, full disk, a Hugging Face download k3 must not write into) in k3's cache
 // folder. A write that fails leaves no partial file behind.
-import { existsSync, statSync } from "node:fs";
-import { basename, join } from "node:path";
+import { existsSync } from "node:fs";
+import { join } from "node:path";
 import { cachePath, ensureCacheDir } from "../cache-dir.ts";
 import type { Checkpoint } from "../checkpoint/catalogue.ts";
 import { readSafetensorsHeader } from "../checkpoint/safetensors.ts";
+import { shardStamps, staleReason, type ShardStamp } from "../checkpoint/stamps.ts";
 import { expertTensorNames, LM_MODEL_PREFIX } from "../checkpoint/shapes.ts";
 import type { TensorEntry } from "../checkpoint/types.ts";
 import { K3Error } from "../errors.ts";
 import { readRegularFile, writeFileAtomic } from "../files.ts";
 import type { Kernels } from "../kernels.ts";
 import { CBuffers } from "../model/cmem.ts";
+import { packedFormats, verifyPack, type PackCheck } from "./pack.ts";
 import { blockCrc } from "./pieces.ts";
 import { ALIGN, buildReadPlan, type ReadPlan } from "./readplan.ts";
 import { expertReadPlan, expertSlotBytes, pieceReadPlans, trunkLayout } from "./slots.ts";
@@ -56,15 +62,6 @@ export interface Checksums {
   embedRows: Uint32Array;
 }
 
-/** What a checksum file (or a packed trunk) is tied to, per shard: any change to these and the
- *  record is stale. */
-export interface ShardStamp {
-  file: string; // name inside the model folder
-  bytes: number;
-  mtimeMs: number;
-  headerHash: string;
-}
-
 export interface VerifyResult {
   dir: string;
   shards: ShardCheck[];
@@ -73,6 +70,9 @@ export interface VerifyResult {
   recorded?: { path: string; experts: number; trunkBlocks: number; embedRows: number; ms: number };
   /** Set without `record` when checksums were recorded: every one was read again and matched. */
   checked?: { path: string; experts: number; trunkBlocks: number; embedRows: number; ms: number };
+  /** Every packed trunk of the model (`k3 pack`), read whole and checked against its own
+   *  checksums and against the shard bytes it was made from. */
+  packs: PackCheck[];
 }
 
 /** Each shard's size must be exactly the end of its data section (no truncation, no splice). */
@@ -98,30 +98,10 @@ function candidatePaths(ckpt: Checkpoint): string[] {
   return ckpt.download ? [cachedPath(ckpt)] : [localPath(ckpt), cachedPath(ckpt)];
 }
 
-export function stamps(ckpt: Checkpoint): ShardStamp[] {
-  // Whole milliseconds: tools that copy with times kept (cp -p, rsync -t) do not all keep nanoseconds.
-  return ckpt.shards.map((s) => ({ file: basename(s.file), bytes: s.bytes, mtimeMs: Math.trunc(statSync(s.file).mtimeMs), headerHash: s.headerHash }));
-}
-
-/** Why a recorded stamp list does not describe the shards now, or null when it does. */
-export function staleReason(recorded: unknown, now: ShardStamp[], when = "the checksums were recorded"): string | null {
-  if (!Array.isArray(recorded)) return "it lists no shards";
-  const byName = new Map<string, ShardStamp>(recorded.map((s: ShardStamp) => [s?.file, s]));
-  for (const s of now) {
-    const r = byName.get(s.file);
-    if (!r) return `${s.file} was not recorded`;
-    if (r.bytes !== s.bytes) return `${s.file} is ${s.bytes} bytes, recorded at ${r.bytes}`;
-    if (r.headerHash !== s.headerHash) return `${s.file}'s header changed`;
-    if (r.mtimeMs !== s.mtimeMs) return `${s.file} was modified after ${when}`;
-  }
-  if (byName.size !== now.length) return "the model has other shards now";
-  return null;
-}
-
 /** The recorded checksums of a model, or null when none were recorded. Refuses (VERIFY) a file
  *  recorded for other shard bytes or by an older k3. */
 export function findChecksums(ckpt: Checkpoint): { path: string; sums: Checksums } | null {
-  const now = stamps(ckpt);
+  const now = shardStamps(ckpt);
   let problem: K3Error | null = null;
   for (const path of candidatePaths(ckpt)) {
     if (!existsSync(path)) continue;
@@ -251,7 +231,7 @@ function writeChecksumFile(ckpt: Checkpoint, sums: Checksums): string {
   const text = JSON.stringify({
     format: CHECKSUM_FORMAT,
     model: ckpt.dir,
-    shards: stamps(ckpt),
+    shards: shardStamps(ckpt),
     trunk: Object.fromEntries(sums.trunk),
     experts: Object.fromEntries(sums.experts),
     embedRows: rows.toString("base64"),
@@ -296,7 +276,9 @@ export function verifyCheckpoint(k: Kernels, ckpt: Checkpoint, opts: { record?: 
   const bad = shards.filter((s) => !s.ok);
   if (bad.length)
     throw new K3Error("CHECKPOINT", `${bad.length} shard(s) do not match their headers`, bad.map((s) => `${s.file}: ${s.bytes} bytes, header says ${s.expected}`));
-  const result: VerifyResult = { dir: ckpt.dir, shards, tensors: ckpt.tensors.size };
+  // Packs first: they are checked whether or not checksums were recorded (they carry their own).
+  const packs = packedFormats(ckpt).map((f) => verifyPack(k, ckpt, f, MAX_LISTED, opts.onProgress));
+  const result: VerifyResult = { dir: ckpt.dir, shards, tensors: ckpt.tensors.size, packs };
   const recorded = opts.record ? null : findChecksums(ckpt);
   if (!opts.record && !recorded) return result;
   const t0 = performance.now();

@@ -1,4 +1,5 @@
-// `k3 verify DIR [--record]`: every shard against its header; --record writes a CRC-32C per trunk
+// `k3 verify DIR [--record]`: every shard against its header; every packed trunk read whole against
+// its own checksums and the shard rows it was made from; --record writes a CRC-32C per trunk
 // unit, routed expert and embedding row so that `run --verify` can check every read; without
 // --record, checksums recorded earlier are all read again and compared.
 import { defineCommand } from "../command.ts";
@@ -10,7 +11,7 @@ import { modelOption, resolveModelDir } from "../common.ts";
 import { barProgress } from "../progress.ts";
 
 export default defineCommand({
-  meta: { name: "verify", description: "Check every shard against its header and what --record recorded; --record checksums everything a token can read" },
+  meta: { name: "verify", description: "Check every shard against its header and what --record recorded, and every packed trunk; --record checksums everything a token can read" },
   args: {
     dir: { type: "positional", required: false, valueHint: "DIR", description: "model folder (default: $K3_MODEL)" },
     ...modelOption,
@@ -34,6 +35,8 @@ export default defineCommand({
     }
     const bytes = r.shards.reduce((a, s) => a + s.bytes, 0);
     process.stdout.write(`${r.shards.length} shards (${formatBytes(bytes)}), ${r.tensors} language-model tensors: sizes match their headers\n`);
+    for (const p of r.packs)
+      process.stdout.write(`${p.format} trunk ${p.path}: ${p.blocks} blocks match their checksums and the shard bytes they were packed from (${formatBytes(p.packBytes + p.sourceBytes)} read in ${(p.ms / 1000).toFixed(1)} s)\n`);
     const c = r.recorded ?? r.checked;
     const what = c && `${c.trunkBlocks} trunk-block, ${c.experts} expert and ${c.embedRows} embedding-row checksums`;
     if (r.recorded) process.stdout.write(`recorded ${what} in ${(r.recorded.ms / 1000).toFixed(1)} s → ${r.recorded.path}\n`);
