@@ -20,6 +20,8 @@ import { expertReadPlan, expertSlotBytes } from "./slots.ts";
 
 export interface ExpertCacheOptions {
   slots: number;
+  /** Spare slot buffers given to the reader for hedged reads (with mirrors). */
+  spares?: number;
   policy: PolicyName;
   /** Called when an expert's bytes landed, before it is published (--verify); throws to refuse. */
   check?: (layer: number, e: number, plan: ReadPlan, base: number) => void;
@@ -71,6 +73,8 @@ export class ExpertSlotCache {
     if (S < 1 && cfg.numLayers > cfg.firstKDense) throw new K3Error("BUDGET", "the expert cache needs at least one slot");
     const slotBytes = expertSlotBytes(ckpt);
     for (let i = 0; i < S; i++) this.bufs.push(mem.alloc(slotBytes, `expert slot ${i}`, ALIGN));
+    // A hedged read lands in a spare; the two buffers then swap (reader.ts): slots never share one.
+    reader.addSpares(Array.from({ length: opts.spares ?? 0 }, (_, i) => mem.alloc(slotBytes, `hedge buffer ${i}`, ALIGN)));
     this.key = new Int32Array(S).fill(-1);
     this.state = new Uint8Array(S);
     this.inUse = new Uint8Array(S);
@@ -117,7 +121,7 @@ export class ExpertSlotCache {
     this.keyToSlot.set(key, slot);
     this.policy.onInsert(slot, key, this.t);
     try {
-      this.read[slot] = this.reader.start(plan, this.bufs[slot]!.ptr, `expert ${e} of layer ${layer}`);
+      this.read[slot] = this.reader.start(plan, this.bufs[slot]!.ptr, `expert ${e} of layer ${layer}`, this.bufs[slot]);
     } catch (err) {
       this.drop(slot);
       throw err;
@@ -143,6 +147,7 @@ export class ExpertSlotCache {
     const read = this.read[slot]!;
     try {
       this.reader.finish(read);
+      if (read.won) this.bufs[slot] = read.won; // a hedge answered first, into a spare
       this.opts.check?.(layer, e, read.plan, this.bufs[slot]!.ptr);
     } catch (err) {
       this.drop(slot);

@@ -90,7 +90,7 @@ export class PieceRing {
    */
   *loadPinned(): Generator<void> {
     const inflight: { id: number; buf: CBuf; read: InFlight }[] = [];
-    const readsInFlight = () => inflight.reduce((n, x) => n + x.read.tickets.length, 0);
+    const readsInFlight = () => inflight.reduce((n, x) => n + x.read.ops.length, 0);
     const land = () => {
       const { id, buf, read } = inflight.shift()!;
       this.reader.finish(read);
