@@ -483,12 +483,16 @@ export class Engine {
     return yield* new Generation(this.passes, setup, session, prompt, opts).run();
   }
 
-  /** Counters since open (bytes read, reads, hits, direct I/O), the compute threads (how many, of
-   *  how many hardware threads, and the pool's limit: the default stops there), the I/O threads. */
-  stats(): WeightStats & ComputeThreads & { peakRssBytes: number; ioThreads: number; trunk: TrunkFormat } {
+  /** Counters since open (bytes read, reads, hits, direct I/O, per device), the compute threads
+   *  (how many, of how many hardware threads, and the pool's limit: the default stops there), the
+   *  I/O threads of each device's queue, and the time since open. */
+  stats(): WeightStats & ComputeThreads & { peakRssBytes: number; ioThreads: number; trunk: TrunkFormat; uptimeMs: number } {
     const weights = this.passes.weights;
-    return { ...weights.stats(), peakRssBytes: peakRssBytes(), ...this.pool, ioThreads: weights.ioThreads ?? 0, trunk: this.trunk };
+    return { ...weights.stats(), peakRssBytes: peakRssBytes(), ...this.pool, ioThreads: weights.ioThreads ?? 0, trunk: this.trunk, uptimeMs: performance.now() - this.openedAt };
   }
+
+  /** When the engine finished opening (performance.now()): devices' busy fractions are of the time since. */
+  private readonly openedAt = performance.now();
 
   /** C memory held now: the forward pass's scratch and the weights (sessions report their own). */
   allocatedBytes(): { forward: number; weights: number } {

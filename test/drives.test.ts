@@ -18,6 +18,7 @@ import { findMirrorCopies } from "../src/memory/mirrors.ts";
 import { ShardReader } from "../src/memory/reader.ts";
 import { expertReadPlan, expertSlotBytes } from "../src/memory/slots.ts";
 import type { WeightStats } from "../src/model/weights.ts";
+import { statsJson, statsLine } from "../src/report.ts";
 import { streamingBudget } from "./helpers/budgets.ts";
 import { compiledK3, STACK_FRAME } from "./helpers/k3-binary.ts";
 import { flipByte, scratchDir, tinyModel } from "./helpers/models.ts";
@@ -126,6 +127,52 @@ describe("shards on several drives", () => {
     expect(got.ids).toEqual(want);
     expect(got.stats.devices.map((d) => d.name).sort()).toEqual(["drive-b", "model"]);
     expectDevicesAddUp(got.stats);
+  });
+});
+
+describe("what the stats say about the drives", () => {
+  test("the stats line names each drive's rate and busy fraction; --json lists the devices, adding up", () => {
+    const { model } = splitModel("split-stats");
+    const e = Engine.open(model, { threads: 1, ram: budget, deviceOf });
+    try {
+      const it = e.generate(e.createSession(), PROMPT, { maxTokens: GEN });
+      let r = it.next();
+      while (!r.done) r = it.next();
+      const line = statsLine(r.value, e.computeThreads);
+      expect(line).toMatch(/ · drives drive-[ab] \d+\.\d\d GB\/s \d+% busy, drive-[ab] \d+\.\d\d GB\/s \d+% busy · /);
+      const j = statsJson(r.value);
+      expect(j.devices.map((d) => d.name).sort()).toEqual(["drive-a", "drive-b"]);
+      expect(j.devices.reduce((a, d) => a + d.bytes_read, 0)).toBe(j.bytes_read + j.extra_bytes_read);
+      for (const d of j.devices) expect(d.busy_fraction! > 0 && d.busy_fraction! <= 1).toBe(true);
+    } finally {
+      e.close();
+    }
+    // One drive, no hedge: the line says nothing about drives.
+    const one = Engine.open(plain, { threads: 1, ram: budget });
+    try {
+      const it = one.generate(one.createSession(), PROMPT, { maxTokens: 2 });
+      let r = it.next();
+      while (!r.done) r = it.next();
+      expect(statsLine(r.value, one.computeThreads)).not.toContain("drives");
+    } finally {
+      one.close();
+    }
+  });
+
+  test("k3 run --mirror --json: the same ids as without; the devices' bytes add up to the engine's", () => {
+    const mirror = mirrorOf("mirror-cli");
+    const run = (...extra: string[]) => {
+      const p = Bun.spawnSync([compiledK3(), "run", plain, "--ids", "5,17,300", "--gen", "4", "--threads", "1", "--json", ...extra], { stdin: "ignore" });
+      expect(p.stderr.toString()).not.toMatch(STACK_FRAME);
+      expect(p.exitCode).toBe(0);
+      return JSON.parse(p.stdout.toString());
+    };
+    const a = run();
+    const b = run("--mirror", mirror);
+    expect(b.generated_ids).toEqual(a.generated_ids);
+    expect(a.generated_ids.length).toBe(4);
+    const s = b.stats;
+    expect(s.devices.reduce((n: number, d: { bytes_read: number }) => n + d.bytes_read, 0)).toBe(s.bytes_read + s.extra_bytes_read);
   });
 });
 
