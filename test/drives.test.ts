@@ -196,6 +196,8 @@ describe("mirrors", () => {
     const mirror = mirrorOf("mirror-silent");
     const e = Engine.open(plain, { threads: 1, ram: budget, deviceOf, mirrors: [mirror] });
     const silent = e.stats().devices.find((d) => d.name === "drive-b")!;
+    // The plan holds the spare buffers a hedge reads into (k3 plan --mirror shows them too).
+    expect(e.plan!.items.find((i) => i.name === "hedge buffers")?.count).toBe(2);
     k.k3_io_hold(silent.queue, 1);
     try {
       const ids: number[] = [];
