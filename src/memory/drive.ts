@@ -14,8 +14,8 @@ const QUEUE_TICKETS = 1024;
 const PRIOR_BYTES_PER_MS = 1e6;
 /** Bytes between two rate samples: enough for a busy-time measurement to mean something. */
 const RATE_SAMPLE_BYTES = 8 * 2 ** 20;
-/** A device busy this long since the last sample is sampled whatever it read: one that answers
- *  nothing (a stalled drive) then looks slow and stops being chosen. */
+/** A device busy this long since the last sample without reading RATE_SAMPLE_BYTES is bounded:
+ *  one that answers nothing (a stalled drive) then looks slow and stops being chosen. */
 const RATE_SAMPLE_MS = 500;
 /** The slowest rate a device is thought to have (bytes per ms): a stalled one, not "never". */
 const MIN_BYTES_PER_MS = 1;
@@ -65,13 +65,19 @@ export class Drive {
     const bytes = Number(this.stat[IO_STAT.bytes]);
     const busy = Number(this.stat[IO_STAT.busyNs]);
     const busyMs = (busy - this.sampleBusyNs) / 1e6;
-    if ((bytes - this.sampleBytes >= RATE_SAMPLE_BYTES && busyMs > 0) || busyMs >= RATE_SAMPLE_MS) {
-      const rate = Math.max(MIN_BYTES_PER_MS, (bytes - this.sampleBytes) / busyMs);
+    const read = bytes - this.sampleBytes;
+    if (read >= RATE_SAMPLE_BYTES && busyMs > 0) {
+      const rate = read / busyMs;
       this.bytesPerMs = this.measured ? (1 - RATE_WEIGHT) * this.bytesPerMs + RATE_WEIGHT * rate : rate;
       this.measured = true;
-      this.sampleBytes = bytes;
-      this.sampleBusyNs = busy;
-    }
+    } else if (busyMs >= RATE_SAMPLE_MS) {
+      // Busy this long with little done: it cannot be faster than finishing everything it holds
+      // now within that time. Only ever lowers the estimate (a stalled drive stops being chosen).
+      const bound = (read + Number(this.stat[IO_STAT.outstandingBytes])) / busyMs;
+      if (bound < this.bytesPerMs) this.bytesPerMs = Math.max(MIN_BYTES_PER_MS, bound);
+    } else return this.stat;
+    this.sampleBytes = bytes;
+    this.sampleBusyNs = busy;
     return this.stat;
   }
 

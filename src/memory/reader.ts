@@ -355,7 +355,10 @@ export class ShardReader {
     if (op.res !== undefined || op.ticket === 0) return void (op.late = Infinity);
     const alt = this.pick(op.copies, op.r.len, op.failed, op.at);
     if (alt < 0) return void (op.late = Infinity);
-    if (op.copies[alt]!.drive.predictMs(op.r.len) >= op.copies[op.at]!.drive.predictMs(0)) return;
+    const here = op.copies[op.at]!.drive;
+    const there = op.copies[alt]!.drive.predictMs(op.r.len);
+    // Not started: worth moving if the other copy would finish it before this queue drains.
+    if (there >= here.predictMs(0)) return;
     if (this.k.k3_io_cancel(op.ticket) === 1) {
       this.uncount(op.copies[op.at]!.drive, op.r, false);
       op.at = alt;
@@ -364,6 +367,10 @@ export class ShardReader {
       return;
     }
     if (!f.buf || op.acted) return void (op.late = Infinity);
+    // Running: a hedge only pays if the other copy would deliver all of it sooner than this
+    // drive, at the rate it has been reading, needs for the read alone (a stalled drive's rate
+    // falls, so it is hedged; a fast drive with a deep queue is not hedged onto a slow one).
+    if (there >= op.r.len / here.rate) return;
     this.reapSpares();
     const spare = this.spares.pop();
     if (!spare) return;

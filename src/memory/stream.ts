@@ -18,7 +18,7 @@ import { ExpertSlotCache } from "./expert-cache.ts";
 import type { PolicyName } from "./policy/index.ts";
 import { checksumChecks, firstLandingChecks, type ReadChecks } from "./read-checks.ts";
 import { ShardReader } from "./reader.ts";
-import { trunkLayout } from "./slots.ts";
+import { MIRRORED_READ_BYTES, TRUNK_READ_BYTES, trunkLayout } from "./slots.ts";
 import { StreamedTrunk } from "./trunk.ts";
 import type { Checksums } from "./verify.ts";
 import type { DeviceOf } from "./devices.ts";
@@ -92,6 +92,7 @@ export class StreamingWeights implements WeightProvider {
         matrixSlots: opts.ringSlots,
         coreSlots: opts.coreSlots,
         prefetch: opts.prefetch,
+        readBytes: reader.mirrored ? MIRRORED_READ_BYTES : TRUNK_READ_BYTES,
         check: trunkChecks && ((id, plan, base) => trunkChecks.trunkPiece(id, plan, base)),
         onProgress: opts.onProgress,
       });
