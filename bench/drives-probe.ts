@@ -23,8 +23,8 @@ interface Spec {
 const spec = JSON.parse(process.argv[2]!) as Spec;
 const k = loadKernels();
 const seed = Date.now() >>> 0;
-const expert = probeReadRate(k, spec.files, { readBytes: spec.expertBytes, depth: spec.depth, pattern: "random", seconds: spec.seconds, direct: true, seed });
-const trunk = spec.trunkBytes.map((b, i) => probeReadRate(k, spec.files, { readBytes: b, depth: spec.depth, pattern: "sequential", seconds: spec.seconds, direct: true, seed: seed + 17 * (i + 1) }));
+const expert = probeReadRate(k, spec.files, { readBytes: spec.expertBytes, depth: spec.depth, pattern: "random", seconds: spec.seconds, warmupSeconds: 1, direct: true, seed });
+const trunk = spec.trunkBytes.map((b, i) => probeReadRate(k, spec.files, { readBytes: b, depth: spec.depth, pattern: "sequential", seconds: spec.seconds, warmupSeconds: 1, direct: true, seed: seed + 17 * (i + 1) }));
 
 /** Ratio actual ÷ predicted time for reads issued 16 at a time (a layer's experts), on a Drive. */
 function lateness(): { reads: number; p50: number; p90: number; p99: number; max: number } {

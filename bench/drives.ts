@@ -76,10 +76,11 @@ async function makeModels(drives: EmulatedDrive[], work: string): Promise<{ copi
   const split = (n: number) => {
     const dir = join(work, `split${n}`);
     mkdirSync(dir);
-    readdirSync(copies[0]!).forEach((f, i) => {
-      if (f.endsWith(".safetensors")) symlinkSync(join(copies[i % n]!, f), join(dir, f));
+    let shard = 0; // shard i (in name order: layer i, then the head, then the stubs) on drive i mod n
+    for (const f of readdirSync(copies[0]!).sort()) {
+      if (f.endsWith(".safetensors")) symlinkSync(join(copies[shard++ % n]!, f), join(dir, f));
       else if (!f.startsWith("k3-")) copyFileSync(join(copies[0]!, f), join(dir, f));
-    });
+    }
     return dir;
   };
   const out = { copies, split2: split(2), split3: split(3) };

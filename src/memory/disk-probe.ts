@@ -17,6 +17,9 @@ export interface ProbeOptions {
   pattern: "random" | "sequential";
   /** Stop issuing after this long (s), or after maxBytes, whichever first (at least depth requests). */
   seconds: number;
+  /** Read this long first, untimed (s, default 0.5): a drive idle before the probe answers its
+   *  first reads faster than it can go on (a cache, a rate cap's credit). */
+  warmupSeconds?: number;
   maxBytes?: number;
   /** Direct I/O (the engine's default); false measures through the page cache. */
   direct: boolean;
@@ -62,6 +65,8 @@ export function probeReadRate(k: Kernels, files: { file: string; bytes: number }
       if (!p) throw new K3Error("BUDGET", `cannot allocate ${o.depth} buffers of ${len} bytes`);
       bufs.push(p as unknown as number);
     }
+    const warmup = o.warmupSeconds ?? 0.5;
+    if (warmup > 0) timedReads(k, q, usable, fds, bufs, len, { ...o, seconds: warmup, maxBytes: undefined, seed: (o.seed ?? 1) + 7919 });
     return { ...timedReads(k, q, usable, fds, bufs, len, o), readBytes: len, depth: o.depth, pattern: o.pattern, direct };
   } finally {
     k.k3_io_queue_close(q);

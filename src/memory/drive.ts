@@ -12,15 +12,17 @@ const QUEUE_TICKETS = 1024;
 /** The read rate assumed before a device has read RATE_SAMPLE_BYTES (bytes per ms = 1 GB/s):
  *  only the first reads of an engine are routed by it. */
 const PRIOR_BYTES_PER_MS = 1e6;
-/** Bytes between two rate samples: enough for a busy-time measurement to mean something. */
+/** A rate sample spans at least this many bytes and this much busy time: reads on one queue end
+ *  in bunches (four threads share a drive's bandwidth), so a shorter window sees a bunch or none. */
 const RATE_SAMPLE_BYTES = 8 * 2 ** 20;
+const RATE_WINDOW_MS = 250;
+/** Time constant of the rate's moving average (ms of busy time): a sample of w ms weighs w / this. */
+const RATE_TIME_CONSTANT_MS = 2000;
 /** A device busy this long since the last sample without reading RATE_SAMPLE_BYTES is bounded:
  *  one that answers nothing (a stalled drive) then looks slow and stops being chosen. */
 const RATE_SAMPLE_MS = 500;
 /** The slowest rate a device is thought to have (bytes per ms): a stalled one, not "never". */
 const MIN_BYTES_PER_MS = 1;
-/** Weight of a new sample in the rate's moving average. */
-const RATE_WEIGHT = 0.3;
 
 export class Drive {
   readonly queue: number;
@@ -66,9 +68,10 @@ export class Drive {
     const busy = Number(this.stat[IO_STAT.busyNs]);
     const busyMs = (busy - this.sampleBusyNs) / 1e6;
     const read = bytes - this.sampleBytes;
-    if (read >= RATE_SAMPLE_BYTES && busyMs > 0) {
+    if (read >= RATE_SAMPLE_BYTES && busyMs >= RATE_WINDOW_MS) {
       const rate = read / busyMs;
-      this.bytesPerMs = this.measured ? (1 - RATE_WEIGHT) * this.bytesPerMs + RATE_WEIGHT * rate : rate;
+      const w = Math.min(1, busyMs / RATE_TIME_CONSTANT_MS);
+      this.bytesPerMs = this.measured ? (1 - w) * this.bytesPerMs + w * rate : rate;
       this.measured = true;
     } else if (busyMs >= RATE_SAMPLE_MS) {
       // Busy this long with little done: it cannot be faster than finishing everything it holds
