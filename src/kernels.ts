@@ -134,7 +134,7 @@ export interface KernelLimits {
   routerExperts: number; // k3_router_topk: num_experts
   attnResSources: number; // k3_attnres_mix: AttnRes snapshots + the running sum
   poolThreads: number; // k3_pool_init
-  ioThreads: number; // k3_io_init
+  ioThreads: number; // k3_io_queue_open, k3_io_init (threads per queue)
   mxfp4Group: number; // k3_matmul_mxfp4: columns are a multiple of this
   kdaConvWidth: number; // k3_kda_conv_silu: the only conv width implemented
   kdaHeadDim: number; // k3_kda_recurrent: the largest head dim (its stack arrays)

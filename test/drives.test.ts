@@ -7,7 +7,7 @@
 // file from the folder its bytes are in (after symlinks). The routing, queues and counters are
 // the real ones; only the grouping is the test's.
 import { beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { copyFileSync, mkdirSync, readdirSync, readFileSync, realpathSync, statSync, symlinkSync, truncateSync, utimesSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, statSync, symlinkSync, truncateSync, utimesSync } from "node:fs";
 import { join } from "node:path";
 import { toArrayBuffer } from "bun:ffi";
 import { openCheckpoint } from "../src/checkpoint/catalogue.ts";
@@ -261,6 +261,37 @@ describe("a mirror that is not the same bytes is refused, naming the shard", () 
       expect([r.exitCode, r.stderr.toString()]).toEqual([2, expect.stringContaining(msg)]);
     }
     expect(() => Engine.open(plain, { resident: true, mirrors: [mirror] })).toThrow(/--mirror is for streamed reads/);
+  });
+});
+
+// Direct I/O is probed per device: a copy on tmpfs (which refuses O_DIRECT) reads buffered, and
+// says so, while the model's own drive keeps O_DIRECT. Needs /dev/shm to be tmpfs and the scratch
+// folder a file system with O_DIRECT (not tmpfs): skipped where that is not so.
+const shm = "/dev/shm";
+const tmpfsShm = existsSync(shm) && readFileSync("/proc/self/mounts", "utf8").split("\n").some((l) => l.split(" ")[1] === shm && l.split(" ")[2] === "tmpfs");
+describe("direct I/O per device", () => {
+  test.skipIf(!tmpfsShm)("a mirror on tmpfs reads buffered, the model's drive O_DIRECT; the stats say which per device", () => {
+    if (k.k3_direct_probe(join(plain, readdirSync(plain).filter(isShard)[0]!)) !== 1) return; // scratch folder without O_DIRECT
+    const mirror = mkdtempSync(join(shm, "k3-mirror-"));
+    try {
+      for (const f of readdirSync(plain).filter(isShard)) copyKeepingTime(join(plain, f), join(mirror, f));
+      const e = Engine.open(plain, { threads: 1, ram: budget, mirrors: [mirror] });
+      try {
+        const ids: number[] = [];
+        for (const t of e.generate(e.createSession(), PROMPT, { maxTokens: GEN })) ids.push(t.id);
+        expect(ids).toEqual(want);
+        const s = e.stats();
+        expect(s.devices.map((d) => [d.name, d.directIo, d.ioMode])).toEqual([
+          [expect.not.stringContaining("tmpfs"), true, "O_DIRECT"],
+          [`tmpfs at ${shm}`, false, "buffered"],
+        ]);
+        expect(s.directIo).toBe(false); // not every device reads direct
+      } finally {
+        e.close();
+      }
+    } finally {
+      rmSync(mirror, { recursive: true, force: true });
+    }
   });
 });
 

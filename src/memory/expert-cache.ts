@@ -1,7 +1,7 @@
 // The routed-expert slot cache. A slot is EMPTY, INFLIGHT (its read running) or READY, keyed by
 // layer·N + expert. All experts a layer needs are requested at once: hits are served from their
 // slots, misses are given slots one by one (the eviction policy picks victims) and read in
-// parallel on the I/O pool; `next` hands them to the model in arrival order. The model sums
+// parallel on the device queues; `next` hands them to the model in arrival order. The model sums
 // them in router rank order, so bits do not depend on arrival order.
 // Invariants: a slot is published (READY) only when every byte arrived (and passed the check);
 // INFLIGHT slots are never handed out; slots in use by the current layer are never victims.

@@ -32,7 +32,9 @@ import type { AlignedRead, ReadPlan } from "./readplan.ts";
 /** I/O threads of each device's queue when the caller does not ask for a number. */
 export const DEFAULT_IO_THREADS = 4;
 /** A read is late once it has taken this many times the time its device was predicted to need
- *  (and at least HEDGE_MIN_MS): measured, docs/STREAMING.md "Routing". */
+ *  (and at least HEDGE_MIN_MS). Measured on healthy emulated drives (bench/drives-probe.ts): a
+ *  read's time ÷ its prediction has p99 1.69–1.85 (four threads share a drive, so a burst's first
+ *  reads end late): 2 is above it (docs/BENCH.md "Several drives"). */
 export const DEFAULT_HEDGE_AFTER = 2;
 const HEDGE_MIN_MS = 2;
 /** Spare expert buffers an engine with mirrors holds for hedges (the plan's "hedge buffers"). */

@@ -13,7 +13,7 @@ import type { StreamSlots } from "./plan.ts";
 import { ALIGN, buildReadPlan, type ReadPlan } from "./readplan.ts";
 import { isHeadTensor, trunkUnitEntries } from "./units.ts";
 
-/** Largest single read a trunk piece is submitted as: the I/O pool's threads share one piece. */
+/** Largest single read a trunk piece is submitted as: a device queue's threads share one piece. */
 export const TRUNK_READ_BYTES = 64 * 2 ** 20;
 /** … when its shards have copies on other drives: finer, so a piece's reads spread evenly over
  *  every copy (a 256 MiB piece in 32 reads over 3 drives: 11/11/10, against 2/1/1 of 64 MiB). */

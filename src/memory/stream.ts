@@ -1,6 +1,6 @@
 // StreamingWeights: the WeightProvider that reads the release in place within a RAM budget. It
 // only composes the parts, each with one job:
-//   ShardReader     (reader.ts)       open shards, the I/O pool, reads in flight, counters
+//   ShardReader     (reader.ts)       open shards and copies, a read queue per device, routing, counters
 //   StreamedTrunk   (trunk.ts)        pinned trunk pieces + the rings that stream the rest
 //   EmbeddingRows   (embed-rows.ts)   one embedding row per token, read on demand
 //   ExpertSlotCache (expert-cache.ts) the routed experts' slots, eviction, lookahead reads

@@ -83,7 +83,7 @@ export class PieceRing {
   }
 
   /**
-   * Read the pinned pieces in parallel on the I/O pool, a bounded number of reads in flight,
+   * Read the pinned pieces in parallel on the device queues, a bounded number of reads in flight,
    * yielding after each piece lands (and passed its check). Must run to its end before the first
    * acquire. Abandoned early (an error, or the opener's return()), it waits for every read still
    * in flight: a buffer an I/O thread writes into is never freed.
