@@ -40,7 +40,7 @@ enum {
 #define K3_MAX_ROUTER_EXPERTS 4096   /* k3_router_topk: N */
 #define K3_MAX_ATTNRES_SOURCES 64    /* k3_attnres_mix: n snapshots + P */
 #define K3_POOL_MAX_THREADS 64       /* k3_pool_init; k3_mla_scratch_floats has a slot per thread */
-#define K3_IO_MAX_THREADS 256        /* k3_io_init */
+#define K3_IO_MAX_THREADS 256        /* k3_io_queue_open, k3_io_init: threads per queue */
 #define K3_MXFP4_GROUP 32            /* k3_matmul_mxfp4, _q8, _q4: cols is a multiple of this */
 #define K3_KDA_CONV_WIDTH 4          /* k3_kda_conv_silu: the only width implemented */
 #define K3_MAX_KDA_HEAD_DIM 1024     /* k3_kda_recurrent: D (two D-float arrays on each worker's stack; K3: 128) */

@@ -21,6 +21,7 @@ import type { PolicyName } from "./memory/policy/index.ts";
 import type { PieceOptions } from "./memory/pieces.ts";
 import { writePack, type PackedTrunk, type PackResult, type TrunkFormat } from "./memory/pack.ts";
 import { shardStamps } from "./checkpoint/stamps.ts";
+import type { DeviceOf } from "./memory/devices.ts";
 import { verifyCheckpoint, type VerifyResult } from "./memory/verify.ts";
 import { TraceWriter } from "./memory/trace-writer.ts";
 import { SessionState } from "./model/state.ts";
@@ -36,7 +37,7 @@ import { computeThreads, type ComputeThreads } from "./engine/threads.ts";
 
 export type { ModelConfig } from "./checkpoint/types.ts";
 export type { GenerationDefaults } from "./checkpoint/generation-config.ts";
-export type { WeightStats } from "./model/weights.ts";
+export type { DeviceStats, WeightStats } from "./model/weights.ts";
 export type { BatchStats, StepRecord } from "./batch/scheduler.ts";
 export type { PrefixCacheStats } from "./batch/prefix-cache.ts";
 export type { VerifyResult } from "./memory/verify.ts";
@@ -73,9 +74,19 @@ export interface EngineOptions {
   direct?: boolean;
   /** Expert cache policy (default lfru). */
   policy?: PolicyName;
-  /** I/O threads (1..the kernels' limit). The I/O pool is process-wide: the first engine starts
-   *  it (default 4) and later ones join it; asking a later one for another size is refused. */
+  /** I/O threads of each device's read queue (1..the kernels' limit; default 4). Each engine has
+   *  its own queues. */
   ioThreads?: number;
+  /** Folders holding copies of some or all shards, usually on other drives (`--mirror`, checked
+   *  to be the same bytes): a read goes to the copy that will finish it first, a late one is
+   *  hedged on another copy, a failed one retried there (docs/DRIVES.md). Same output. */
+  mirrors?: string[];
+  /** How files are grouped into devices (each gets its own read queue and counters). Default: by
+   *  the disk behind each file. For tests on one disk: name the "device" of each file. */
+  deviceOf?: DeviceOf;
+  /** A read of a mirrored shard is late after this many times its predicted time: then it is
+   *  moved or hedged (default DEFAULT_HEDGE_AFTER, measured; Infinity never; 0 at once). */
+  hedgeAfter?: number;
   /** Every weight resident, no planner (the baseline the streaming path must match). */
   resident?: boolean;
   /** Check every read against the CRC-32Cs `k3 verify --record` wrote (refuses if none exist). */
@@ -329,7 +340,7 @@ export class Engine {
     if (opts.trace !== undefined && size.parallel > 1)
       throw new K3Error("USAGE", `--trace records one generation at a time, and this engine batches ${size.parallel} sessions (--parallel ${size.parallel}${opts.parallel === "auto" ? ", the default here" : ""})`, ["add --parallel 1 to trace"]);
     // A plan exactly when not resident: the streamed weights follow it.
-    const weights: WeightProvider = size.plan ? yield* openStreaming(k, checkpoint, size.plan, size.pack, opts) : new ResidentWeights(k, cfg, checkpoint.tensors);
+    const weights: WeightProvider = size.plan ? yield* openStreaming(k, checkpoint, size.plan, size.pack, size.mirrors, opts) : new ResidentWeights(k, cfg, checkpoint.tensors);
     let model: Model;
     try {
       model = new Model(k, cfg, weights, size.chunk, size.context, size.drafts, size.parallel);
@@ -472,12 +483,16 @@ export class Engine {
     return yield* new Generation(this.passes, setup, session, prompt, opts).run();
   }
 
-  /** Counters since open (bytes read, reads, hits, direct I/O), the compute threads (how many, of
-   *  how many hardware threads, and the pool's limit: the default stops there), the I/O threads. */
-  stats(): WeightStats & ComputeThreads & { peakRssBytes: number; ioThreads: number; trunk: TrunkFormat } {
+  /** Counters since open (bytes read, reads, hits, direct I/O, per device), the compute threads
+   *  (how many, of how many hardware threads, and the pool's limit: the default stops there), the
+   *  I/O threads of each device's queue, and the time since open. */
+  stats(): WeightStats & ComputeThreads & { peakRssBytes: number; ioThreads: number; trunk: TrunkFormat; uptimeMs: number } {
     const weights = this.passes.weights;
-    return { ...weights.stats(), peakRssBytes: peakRssBytes(), ...this.pool, ioThreads: weights.ioThreads ?? 0, trunk: this.trunk };
+    return { ...weights.stats(), peakRssBytes: peakRssBytes(), ...this.pool, ioThreads: weights.ioThreads ?? 0, trunk: this.trunk, uptimeMs: performance.now() - this.openedAt };
   }
+
+  /** When the engine finished opening (performance.now()): devices' busy fractions are of the time since. */
+  private readonly openedAt = performance.now();
 
   /** C memory held now: the forward pass's scratch and the weights (sessions report their own). */
   allocatedBytes(): { forward: number; weights: number } {

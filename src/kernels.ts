@@ -88,12 +88,24 @@ export const symbols = {
   k3_file_size: { args: [i32], returns: i64_fast },
   k3_direct_probe: { args: [cstring], returns: i32 },
   k3_read_full: { args: [i32, ptr, i64, i64, i64], returns: i64_fast }, // (fd, buf, len, off, need)
-  k3_io_init: { args: [i32, i32], returns: i32 }, // (threads, max in flight)
-  k3_io_free: { args: [], returns: v },
-  k3_io_submit: { args: [i32, ptr, i64, i64, i64], returns: i64_fast }, // → ticket > 0
+  // I/O queues: one per device (src/memory/reader.ts), each its own threads; tickets never reused
+  k3_io_queue_open: { args: [i32, i32], returns: i32 }, // (threads, max tickets held) → queue id ≥ 0
+  k3_io_queue_close: { args: [i32], returns: i32 },
+  k3_io_submit_to: { args: [i32, i32, ptr, i64, i64, i64], returns: i64_fast }, // (queue, fd, buf, len, off, need) → ticket > 0
+  k3_io_cancel: { args: [i64], returns: i32 }, // 1 taken back before it started (nothing written), 0 running or done
+  k3_io_queue_stats: { args: [i32, ptr], returns: i32 }, // (queue, BigInt64Array[IO_STAT.count])
   k3_io_done: { args: [i64], returns: i32 },
   k3_io_wait: { args: [i64], returns: i64_fast }, // → bytes, or K3_ERR_SHORT / −errno
   k3_io_wait_any: { args: [ptr, i32], returns: i32 }, // (BigInt64Array tickets, n) → index
+  k3_io_wait_any_for: { args: [ptr, i32, i64], returns: i32 }, // (…, timeout ns) → index, −1 none valid, −2 timed out
+  // the default queue (tools, benchmarks): opened once per process
+  k3_io_init: { args: [i32, i32], returns: i32 }, // (threads, max in flight)
+  k3_io_free: { args: [], returns: v },
+  k3_io_submit: { args: [i32, ptr, i64, i64, i64], returns: i64_fast }, // → ticket > 0
+  // fault injection (tests): (queue or −1, n-th request from now, kind 1 EIO / 2 stall then poison)
+  k3_io_fault: { args: [i32, i64, i32], returns: v },
+  k3_io_release: { args: [i32], returns: v },
+  k3_io_hold: { args: [i32, i32], returns: v }, // (queue, on): start nothing while on
   k3_io_fail_nth: { args: [i64], returns: v },
   k3_crc32: { args: [u32, ptr, i64], returns: u32 },
   k3_crc32c: { args: [u32, ptr, i64], returns: u32 }, // hardware (SSE4.2 / ARMv8 CRC32) or tables, same value
@@ -102,6 +114,12 @@ export const symbols = {
 
 /** What k3_direct_mode() returns, by code (kernels/k3_io.h): the mechanism behind a direct open. */
 export const DIRECT_MODES = ["buffered", "O_DIRECT", "F_NOCACHE"] as const;
+
+/** Indices of k3_io_queue_stats' output (kernels/k3_io.h K3_IO_STAT_*). */
+export const IO_STAT = { outstanding: 0, outstandingBytes: 1, queued: 2, reads: 3, bytes: 4, errors: 5, busyNs: 6, threads: 7, count: 8 } as const;
+
+/** k3_io_wait_any_for's answer when the time ran out. */
+export const IO_TIMED_OUT = -2;
 
 /** ISA ids of k3_isa_set / k3_isa_get (kernels/k3.h). */
 export const ISA = { auto: -1, scalar: 0, avx2: 1, avx512: 2, neon: 3 } as const;
@@ -116,7 +134,7 @@ export interface KernelLimits {
   routerExperts: number; // k3_router_topk: num_experts
   attnResSources: number; // k3_attnres_mix: AttnRes snapshots + the running sum
   poolThreads: number; // k3_pool_init
-  ioThreads: number; // k3_io_init
+  ioThreads: number; // k3_io_queue_open, k3_io_init (threads per queue)
   mxfp4Group: number; // k3_matmul_mxfp4: columns are a multiple of this
   kdaConvWidth: number; // k3_kda_conv_silu: the only conv width implemented
   kdaHeadDim: number; // k3_kda_recurrent: the largest head dim (its stack arrays)

@@ -3,13 +3,14 @@
 // and GET /k3/stats carry the same fields under the same names: snake_case (as the OpenAI API
 // writes its own), times in ms, bytes in bytes. The one-line summary on stderr is here too.
 // Field meanings: docs/CLI.md ("Stats") and docs/CACHE.md (the counters).
-import type { BatchStats, ComputeThreads, Engine, GenerationStats, PrefixCacheStats, WeightStats } from "./engine.ts";
+import type { BatchStats, ComputeThreads, DeviceStats, Engine, GenerationStats, PrefixCacheStats, WeightStats } from "./engine.ts";
 import { formatBytes } from "./format.ts";
 
 const round2 = (x: number) => Math.round(x * 100) / 100;
 
-/** I/O counters (a generation's, or an engine's since open). */
-function ioJson(io: WeightStats) {
+/** I/O counters (a generation's, or an engine's since open); `wallMs` is the time they cover
+ *  (a device's busy fraction is of it). */
+function ioJson(io: WeightStats, wallMs: number) {
   return {
     bytes_read: io.trunkBytesRead + io.expertBytesRead,
     trunk_bytes_read: io.trunkBytesRead,
@@ -22,8 +23,36 @@ function ioJson(io: WeightStats) {
     io_wait_ms: round2(io.ioWaitMs),
     verify_ms: round2(io.verifyMs),
     verified_bytes: io.verifiedBytes,
+    // Read a second time: hedges on a mirror, retries after a failed read (docs/STREAMING.md "Routing").
+    extra_reads: io.extraReads,
+    extra_bytes_read: io.extraBytesRead,
+    hedges_issued: io.hedgesIssued,
+    hedges_won: io.hedgesWon,
+    retries: io.retries,
     direct_io: io.directIo,
     io_mode: io.ioMode, // O_DIRECT | F_NOCACHE (macOS) | buffered
+    devices: io.devices.map((d) => deviceJson(d, wallMs)),
+  };
+}
+
+/** A device's counters and what follows from them: busy fraction of `wallMs`, GB/s while busy. */
+export function deviceJson(d: DeviceStats, wallMs: number) {
+  return {
+    name: d.name,
+    bytes_read: d.bytesRead,
+    reads: d.reads,
+    busy_ms: round2(d.busyMs),
+    busy_fraction: wallMs > 0 ? round2(Math.min(1, d.busyMs / wallMs)) : null,
+    gb_per_s: d.busyMs > 0 ? round2(d.bytesRead / d.busyMs / 1e6) : null, // 1e9 bytes/s while busy
+    hedges_issued: d.hedgesIssued,
+    hedges_won: d.hedgesWon,
+    retries: d.retries,
+    rerouted: d.rerouted,
+    errors: d.errors,
+    threads: d.threads,
+    files: d.files,
+    direct_io: d.directIo,
+    io_mode: d.ioMode,
   };
 }
 
@@ -39,7 +68,7 @@ export function statsJson(s: GenerationStats) {
     // Tokens the decode passes decided per second (null without decode): src/engine/reply-stats.ts.
     tokens_per_s: s.tokensPerS === null ? null : round2(s.tokensPerS),
     decode_steps: s.decodeSteps,
-    ...ioJson(s.io),
+    ...ioJson(s.io, s.prefillMs + s.decodeMs),
     // Decode steps only (the prefill reads each weight once per chunk, not per token).
     bytes_read_per_token: Math.round(s.ioPerToken.bytesRead),
     trunk_bytes_per_token: Math.round(s.ioPerToken.trunkBytes),
@@ -70,7 +99,8 @@ export function timingsJson(s: GenerationStats) {
 /** An engine's counters since it opened, and its pools (Engine.stats()). */
 export function engineStatsJson(e: ReturnType<Engine["stats"]>) {
   return {
-    ...ioJson(e),
+    ...ioJson(e, e.uptimeMs),
+    uptime_ms: round2(e.uptimeMs),
     peak_rss_bytes: e.peakRssBytes,
     threads: e.threads,
     hardware_threads: e.hardwareThreads,
@@ -123,6 +153,7 @@ export function statsLine(s: GenerationStats, pool: ComputeThreads, finishReason
     `hits ${s.io.expertHits}/${s.io.expertRequests}`,
     s.speculation.verifyPasses > 0 ? `drafts kept ${s.speculation.acceptedTokens}/${s.speculation.draftedTokens} in ${s.speculation.verifyPasses} passes` : "",
     `direct I/O ${s.io.directIo ? `on (${s.io.ioMode})` : "off"}`,
+    drivesWords(s.io, s.prefillMs + s.decodeMs),
     s.io.verifyMs > 0 ? `verify ${(s.io.verifyMs / 1000).toFixed(2)} s` : "",
     `peak RSS ${formatBytes(s.peakRssBytes)}`,
     threadsWords(pool),
@@ -131,6 +162,23 @@ export function statsLine(s: GenerationStats, pool: ComputeThreads, finishReason
   ]
     .filter(Boolean)
     .join(" · ");
+}
+
+/** With more than one device (or a hedge or retry): "drives sda 2.10 GB/s 81% busy, sdb 0.52 GB/s
+ *  99% busy; hedges won 3/5; 1 retry" — each device's rate while busy and its busy fraction. */
+export function drivesWords(io: WeightStats, wallMs: number): string {
+  if (io.devices.length < 2 && io.hedgesIssued === 0 && io.retries === 0) return "";
+  const each = io.devices.map((d) => {
+    const j = deviceJson(d, wallMs);
+    return `${d.name} ${j.gb_per_s === null ? "idle" : `${j.gb_per_s.toFixed(2)} GB/s ${Math.round((j.busy_fraction ?? 0) * 100)}% busy`}`;
+  });
+  return [
+    `drives ${each.join(", ")}`,
+    io.hedgesIssued > 0 ? `hedges won ${io.hedgesWon}/${io.hedgesIssued}` : "",
+    io.retries > 0 ? `${io.retries} ${io.retries === 1 ? "retry" : "retries"}` : "",
+  ]
+    .filter(Boolean)
+    .join("; ");
 }
 
 /** Batched generation (Engine.batchStats()): steps, sessions per step, the recent steps. */

@@ -103,17 +103,19 @@ describe("budget above usable RAM", () => {
   });
 });
 
-describe("the I/O pool is shared by every engine in the process", () => {
-  test("a second engine asking for another I/O pool size is refused; one that does not ask joins it", () => {
-    const a = Engine.open(dir, { threads: 1 });
+describe("each engine reads through its own device queues", () => {
+  test("two engines may ask for different --io-threads; each device's queue has what its engine asked for", () => {
+    const a = Engine.open(dir, { threads: 1, ioThreads: 2 });
     try {
-      const running = a.stats().ioThreads;
-      expect(running).toBeGreaterThanOrEqual(1);
-      const err = refusal(() => Engine.open(dir, { threads: 1, ioThreads: running + 1 }));
-      expect(err.code).toBe("USAGE");
-      expect(err.message).toContain(`already runs ${running} threads`);
-      const same = Engine.open(dir, { threads: 1, ioThreads: running });
-      same.close();
+      const b = Engine.open(dir, { threads: 1, ioThreads: 3 });
+      try {
+        expect(a.stats().ioThreads).toBe(2);
+        expect(b.stats().ioThreads).toBe(3);
+        expect(a.stats().devices.map((d) => d.threads)).toEqual([2]);
+        expect(b.stats().devices.map((d) => d.threads)).toEqual([3]);
+      } finally {
+        b.close();
+      }
     } finally {
       a.close();
     }

@@ -244,6 +244,15 @@ describe("/metrics", () => {
       expect(value("k3_expert_hits_total")).toBe(io.expertHits);
       expect(value("k3_expert_requests_total")).toBe(io.expertRequests);
       expect(value("k3_reads_total")).toBe(io.reads);
+      // Per device (issue 26): each device's bytes and reads, which add up to the engine's.
+      expect(io.devices.length).toBeGreaterThan(0);
+      for (const d of io.devices) {
+        expect(value(`k3_device_bytes_read_total{device="${d.name}"}`)).toBe(d.bytesRead);
+        expect(value(`k3_device_reads_total{device="${d.name}"}`)).toBe(d.reads);
+        expect(value(`k3_device_hedges_total{device="${d.name}",outcome="won"}`)).toBe(0);
+        expect(value(`k3_device_busy_seconds_total{device="${d.name}"}`)).toBeGreaterThan(0);
+      }
+      expect(io.devices.reduce((a, d) => a + d.bytesRead, 0)).toBe(io.trunkBytesRead + io.expertBytesRead);
       expect(value("k3_queue_running")).toBe(0);
       expect(value("k3_queue_waiting")).toBe(0);
       expect(value("k3_queue_capacity")).toBe(5);

@@ -154,6 +154,10 @@ describe("batched generations", () => {
     for (const st of s.batch.recent_steps) expect(st.sessions >= 1 && st.sessions <= 3 && st.decode_rows + st.prefill_rows <= engine.prefillChunk + 2).toBe(true);
     expect(s.batch.recent_steps.at(-1)).toMatchObject({ sessions: expect.any(Number), decode_rows: expect.any(Number), prefill_rows: expect.any(Number) });
     expect(s.server.queue.slots).toBe(3);
+    // Per device (issue 26): what it read, its busy fraction of the time since open, its rate.
+    const d = s.engine.devices[0];
+    expect([typeof d.name, typeof d.bytes_read, typeof d.busy_fraction, typeof d.gb_per_s, d.threads]).toEqual(["string", "number", "number", "number", 4]);
+    expect(s.engine.devices.reduce((a: number, x: { bytes_read: number }) => a + x.bytes_read, 0)).toBe(s.engine.bytes_read + s.engine.extra_bytes_read);
     const m = await (await fetch(`${server.url}/metrics`)).text();
     expect(m).toMatch(/k3_batch_step_sessions_total\{sessions="3"\} [1-9]/);
     expect(m).toMatch(/k3_parallel_sessions 3/);

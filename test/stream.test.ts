@@ -187,7 +187,7 @@ describe("faults stop generation with an error naming what failed", () => {
 });
 
 describe("two engines in one process", () => {
-  test("both stream correctly while open at the same time (the I/O pool is shared, not reset)", () => {
+  test("both stream correctly while open at the same time (each with its own device queues)", () => {
     // Two ring slots, so engine A has a prefetch read in flight when engine B opens.
     const ram = String(streamingBudget(dir, { ringSlots: 2 }));
     const a = Engine.open(dir, { ram, threads: 2 });

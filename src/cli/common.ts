@@ -11,6 +11,7 @@ import { Engine, ISA_NAMES, parseSpeculate, POLICY_NAMES, TRUNK_FORMATS, type En
 import { PRESETS } from "../inspect.ts";
 import { K3Error } from "../errors.ts";
 import { log } from "../log.ts";
+import { repeatedValues } from "./args.ts";
 import { barProgress, clearProgressLines } from "./progress.ts";
 
 /** Counts (--gen, --context, --chunk, …) above this are refused: no run gets near it, and a
@@ -49,6 +50,7 @@ export const engineArgs = {
   speculate: { type: "string", valueHint: "MODE", description: "speculative decoding: auto (default) | off | N drafts per pass (same output; fewer passes over the weights where text repeats)" },
   trunk: { type: "string", valueHint: "FORMAT", description: `trunk weights: ${TRUNK_FORMATS.join(" | ")} (default bf16, exact; int8/int4 are lossy, made by \`k3 pack\`)` },
   "n-gpu-layers": { type: "string", alias: ["ngl", "gpu-layers"], valueHint: "N", description: "llama.cpp's GPU layers (-ngl 99): accepted and ignored, k3 runs on the CPU" },
+  mirror: { type: "string", valueHint: "DIR", description: "a folder with copies of some or all shards on another drive (repeatable; checked to be the same bytes): reads go to the copy that finishes first (docs/DRIVES.md)" },
 } satisfies ArgsDef;
 
 /** A positive integer flag; refused: 0, signs, decimals, exponents, hex, and anything above `max`. */
@@ -101,6 +103,7 @@ export interface EngineArgs {
   speculate?: string;
   trunk?: string;
   "n-gpu-layers"?: string;
+  mirror?: string;
 }
 
 /** -ngl N (llama.cpp's layers offloaded to a GPU): a recipe's flag that means nothing here. Its
@@ -120,7 +123,8 @@ export function threadsFlag(v: string | undefined): number | undefined {
   return threads;
 }
 
-export function engineOptions(args: EngineArgs): EngineOptions {
+/** The engine's options from the flags; `rawArgs` for the repeatable ones (every --mirror). */
+export function engineOptions(args: EngineArgs, rawArgs: string[] = []): EngineOptions {
   if (args.preset !== undefined) oneOf(args.preset, "--preset", "preset", "auto");
   gpuLayersFlag(args["n-gpu-layers"]);
   return {
@@ -140,6 +144,7 @@ export function engineOptions(args: EngineArgs): EngineOptions {
     allowOverRam: args["allow-over-ram"] ?? false,
     speculate: parseSpeculate(args.speculate ?? "auto", "--speculate"),
     trunk: oneOf(args.trunk, "--trunk", "trunk", "bf16") as EngineOptions["trunk"],
+    mirrors: repeatedValues(rawArgs, "--mirror"),
     onProgress: barProgress(),
   };
 }

@@ -11,6 +11,7 @@ export const COMMANDS: Record<string, Loader> = {
   serve: lazy(() => import("./commands/serve.ts")),
   info: lazy(() => import("./commands/info.ts")),
   plan: lazy(() => import("./commands/plan.ts")),
+  disks: lazy(() => import("./commands/disks.ts")),
   verify: lazy(() => import("./commands/verify.ts")),
   pack: lazy(() => import("./commands/pack.ts")),
   bench: lazy(() => import("./commands/bench.ts")),

@@ -10,6 +10,8 @@ import { gib, resolveBudget, usableRam } from "../memory/ram.ts";
 import { streamSlots } from "../memory/slots.ts";
 import { StreamingWeights } from "../memory/stream.ts";
 import { loadChecksums } from "../memory/verify.ts";
+import { findMirrorCopies, type MirrorCopies } from "../memory/mirrors.ts";
+import { HEDGE_BUFFERS } from "../memory/reader.ts";
 import { autoDrafts } from "../model/buffers.ts";
 import { parseSpeculate, type SpeculateSetting } from "../speculate/speculator.ts";
 import type { EngineOptions } from "../engine.ts";
@@ -28,6 +30,8 @@ export interface EngineSizing {
   pack: PackedTrunk | undefined;
   /** The memory plan the streamed weights follow; undefined with `resident`. */
   plan: MemoryPlan | undefined;
+  /** Checked copies of shards in the `mirrors` folders (none without). */
+  mirrors: MirrorCopies | undefined;
 }
 
 /** The engine's sizes for `opts` on this checkpoint, with `threads` compute threads. */
@@ -48,7 +52,10 @@ export function sizeEngine(checkpoint: Checkpoint, opts: EngineOptions, threads:
   if (!TRUNK_FORMATS.includes(trunk)) throw new K3Error("USAGE", `--trunk must be one of ${TRUNK_FORMATS.join(", ")}, got ${JSON.stringify(trunk)}`);
   if (opts.resident && trunk !== "bf16") throw new K3Error("USAGE", "--resident reads the release's exact trunk; a packed trunk (--trunk) is read through the planner (give a budget that fits it all instead)");
   const pack = trunk === "bf16" ? undefined : loadPack(checkpoint, trunk);
-  const sizing: EngineSizing = { context, chunk, speculate, drafts, parallel, prefixRam, trunk, pack, plan: undefined };
+  if (opts.resident && opts.mirrors?.length) throw new K3Error("USAGE", "--mirror is for streamed reads; --resident reads every weight once from the model folder");
+  // Every copy is checked (size, header, mtime) before the plan: a differing one is refused now.
+  const mirrors = opts.mirrors?.length ? findMirrorCopies(checkpoint, opts.mirrors) : undefined;
+  const sizing: EngineSizing = { context, chunk, speculate, drafts, parallel, prefixRam, trunk, pack, plan: undefined, mirrors };
   if (opts.resident) return { ...sizing, drafts: withoutAutoDrafts(speculate, parallel, drafts) };
   return planSizing(checkpoint, opts, threads, sizing, ramOpt === "auto");
 }
@@ -67,6 +74,7 @@ function planSizing(checkpoint: Checkpoint, opts: EngineOptions, threads: number
   input.drafts = s.speculate === "auto" && drafts > 0 && opts.chunk === undefined ? undefined : drafts;
   const prefixRam = autoPrefixRam ? defaultPrefixCacheBytes(input) : s.prefixRam;
   input.prefixCacheBytes = prefixRam;
+  input.hedgeBuffers = s.mirrors ? HEDGE_BUFFERS : 0;
   const plan = planMemory(input); // without opts.chunk the planner chooses the chunk (plan.chunkChoice says why)
   const chunk = plan.prefillChunk;
   checkDrafts(s.speculate, chunk);
@@ -98,7 +106,7 @@ function refuseOverRam(budget: { bytes: number; source: string }): void {
 
 /** The streamed weights `plan` lays out, the pinned pieces read in steps (yields after each
  *  lands); closed again if an error or the caller stops the opening first. */
-export function* openStreaming(k: Kernels, checkpoint: Checkpoint, plan: MemoryPlan, pack: PackedTrunk | undefined, opts: EngineOptions): Generator<void, StreamingWeights> {
+export function* openStreaming(k: Kernels, checkpoint: Checkpoint, plan: MemoryPlan, pack: PackedTrunk | undefined, mirrors: MirrorCopies | undefined, opts: EngineOptions): Generator<void, StreamingWeights> {
   const streaming = new StreamingWeights(k, checkpoint, {
     pinnedPieces: plan.pinnedPieces,
     ringSlots: plan.ringSlots,
@@ -109,6 +117,10 @@ export function* openStreaming(k: Kernels, checkpoint: Checkpoint, plan: MemoryP
     prefetch: (opts.prefetch ?? true) && plan.readerMayRunAhead,
     direct: opts.direct ?? true,
     ioThreads: opts.ioThreads,
+    mirrors,
+    hedgeBuffers: plan.hedgeBuffers,
+    deviceOf: opts.deviceOf,
+    hedgeAfter: opts.hedgeAfter,
     policy: opts.policy ?? "lfru",
     checksums: opts.verify ? loadChecksums(checkpoint) : undefined,
     onProgress: opts.onProgress && ((d, t) => opts.onProgress!("loading pinned layers", d, t, "bytes")),

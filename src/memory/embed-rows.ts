@@ -46,7 +46,7 @@ export class EmbeddingRows {
     const off = Math.floor(start / ALIGN) * ALIGN;
     const need = start + rowBytes - off;
     const len = Math.ceil(need / ALIGN) * ALIGN;
-    this.reader.readNow(this.table.file, this.buf.ptr, len, off, need, `embedding row ${id}`);
+    this.reader.readNow(this.table.file, this.buf.ptr, len, off, need, rowBytes, `embedding row ${id}`);
     this.bytesRead += rowBytes;
     const row = at(this.buf.ptr, start - off);
     this.check?.(id, row, rowBytes);

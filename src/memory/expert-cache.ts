@@ -1,7 +1,7 @@
 // The routed-expert slot cache. A slot is EMPTY, INFLIGHT (its read running) or READY, keyed by
 // layer·N + expert. All experts a layer needs are requested at once: hits are served from their
 // slots, misses are given slots one by one (the eviction policy picks victims) and read in
-// parallel on the I/O pool; `next` hands them to the model in arrival order. The model sums
+// parallel on the device queues; `next` hands them to the model in arrival order. The model sums
 // them in router rank order, so bits do not depend on arrival order.
 // Invariants: a slot is published (READY) only when every byte arrived (and passed the check);
 // INFLIGHT slots are never handed out; slots in use by the current layer are never victims.
@@ -20,6 +20,8 @@ import { expertReadPlan, expertSlotBytes } from "./slots.ts";
 
 export interface ExpertCacheOptions {
   slots: number;
+  /** Spare slot buffers given to the reader for hedged reads (with mirrors). */
+  spares?: number;
   policy: PolicyName;
   /** Called when an expert's bytes landed, before it is published (--verify); throws to refuse. */
   check?: (layer: number, e: number, plan: ReadPlan, base: number) => void;
@@ -71,6 +73,8 @@ export class ExpertSlotCache {
     if (S < 1 && cfg.numLayers > cfg.firstKDense) throw new K3Error("BUDGET", "the expert cache needs at least one slot");
     const slotBytes = expertSlotBytes(ckpt);
     for (let i = 0; i < S; i++) this.bufs.push(mem.alloc(slotBytes, `expert slot ${i}`, ALIGN));
+    // A hedged read lands in a spare; the two buffers then swap (reader.ts): slots never share one.
+    reader.addSpares(Array.from({ length: opts.spares ?? 0 }, (_, i) => mem.alloc(slotBytes, `hedge buffer ${i}`, ALIGN)));
     this.key = new Int32Array(S).fill(-1);
     this.state = new Uint8Array(S);
     this.inUse = new Uint8Array(S);
@@ -117,7 +121,7 @@ export class ExpertSlotCache {
     this.keyToSlot.set(key, slot);
     this.policy.onInsert(slot, key, this.t);
     try {
-      this.read[slot] = this.reader.start(plan, this.bufs[slot]!.ptr, `expert ${e} of layer ${layer}`);
+      this.read[slot] = this.reader.start(plan, this.bufs[slot]!.ptr, `expert ${e} of layer ${layer}`, this.bufs[slot]);
     } catch (err) {
       this.drop(slot);
       throw err;
@@ -143,6 +147,7 @@ export class ExpertSlotCache {
     const read = this.read[slot]!;
     try {
       this.reader.finish(read);
+      if (read.won) this.bufs[slot] = read.won; // a hedge answered first, into a spare
       this.opts.check?.(layer, e, read.plan, this.bufs[slot]!.ptr);
     } catch (err) {
       this.drop(slot);

@@ -114,6 +114,7 @@ export interface PlanInput {
   drafts?: number; // most drafts per speculative verify pass (sizes its scratch); default autoDrafts(chunk)
   parallel?: number; // sessions held at once, each with its own state (default 1)
   prefixCacheBytes?: number; // the prefix cache's RAM tier (default 0)
+  hedgeBuffers?: number; // spare expert buffers for hedged reads (with --mirror; default 0)
 }
 
 /** The planner's input from a byte census (checkpoint or release metadata). */
@@ -187,6 +188,7 @@ export interface MemoryPlan {
   expertCount: number; // every routed expert in the checkpoint
   streamedBytesPerToken: number; // trunk units read from disk each token (decode)
   expertBytesPerTokenAllMiss: number; // expert bytes a token reads with 0 cache hits
+  hedgeBuffers: number; // spare expert buffers for hedged reads (the "hedge buffers" item)
 }
 
 /** Buffer for an O_DIRECT read of `bytes` at any offset: widened to 4096 on both ends. */
@@ -237,6 +239,7 @@ function fixedItems(input: PlanInput, chunk: number): PlanItem[] {
   const drafts = input.drafts ?? (parallelOf(input) > 1 ? 0 : autoDrafts(chunk));
   const P = parallelOf(input);
   const prefix = input.prefixCacheBytes ?? 0;
+  const hedges = input.hedgeBuffers ?? 0;
   if (!Number.isSafeInteger(prefix) || prefix < 0) throw new K3Error("USAGE", `the prefix cache's RAM size must be ≥ 0 bytes, got ${prefix}`);
   const kdaLayers = cfg.layerKinds.filter((k) => k === "kda").length;
   const mlaLayers = cfg.layerKinds.filter((k) => k === "mla").length;
@@ -257,6 +260,9 @@ function fixedItems(input: PlanInput, chunk: number): PlanItem[] {
       note: `forward-pass buffers (src/model/buffers.ts) for ${chunk}-token chunks${P === 1 ? "" : ` + ${P - 1} decode rows`}${drafts > 0 ? `, verify passes of up to ${drafts} drafts` : ""}`,
     },
     ...(prefix > 0 ? [{ name: "prefix cache", bytes: prefix, note: "RAM tier: session snapshots keyed by token prefix" }] : []),
+    ...(hedges > 0
+      ? [{ name: "hedge buffers", bytes: hedges * (input.slots ?? censusSlots(input)).expertBytes, count: hedges, note: "spare expert buffers: a late read of a mirrored shard is read again into one (--mirror)" }]
+      : []),
   ];
 }
 
@@ -479,6 +485,7 @@ function planAt(input: PlanInput, chunk: number): FixedPlan {
     expertCount,
     streamedBytesPerToken: streamed.reduce((a, p) => a + p.bytes, 0),
     expertBytesPerTokenAllMiss: workingSet * input.expertBytes,
+    hedgeBuffers: input.hedgeBuffers ?? 0,
   };
 }
 

@@ -35,7 +35,7 @@ const up = (x: number) => Math.ceil(x / ALIGN) * ALIGN;
 /**
  * Group tensors into runs of exactly adjacent byte ranges (same file), one aligned read per run.
  * With `maxRead`, a run longer than that is submitted as several consecutive aligned reads of at
- * most `maxRead` bytes (same buffer layout): the I/O pool's threads then read one large piece in
+ * most `maxRead` bytes (same buffer layout): a device queue's threads then read one large piece in
  * parallel (this disk: 1.2 GB/s with one 1 GiB read in flight, 2.1 GB/s with four).
  */
 export function buildReadPlan(entries: readonly ByteRange[], maxRead = Infinity): ReadPlan {

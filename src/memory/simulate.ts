@@ -16,7 +16,9 @@ export interface SimResult {
   hitRate: number; // hits / requests
 }
 
-export function simulateCache(trace: Trace, slots: number, policyName: string, nextUse?: Float64Array): SimResult {
+/** `missesPerLayer` ([trace.layers], optional) receives each MoE layer's misses (k3 disks weighs
+ *  each shard's expert reads by it). */
+export function simulateCache(trace: Trace, slots: number, policyName: string, nextUse?: Float64Array, missesPerLayer?: Float64Array): SimResult {
   if (!Number.isInteger(slots) || slots < trace.k)
     throw new K3Error("USAGE", `cache of ${slots} slots cannot hold one layer's ${trace.k} experts at once`);
   const keys = traceKeys(trace);
@@ -38,6 +40,7 @@ export function simulateCache(trace: Trace, slots: number, policyName: string, n
       hits++;
       policy.onHit(slot, key, t);
     } else {
+      if (missesPerLayer) missesPerLayer[Math.floor(key / trace.experts)]!++;
       if (filled < slots) slot = filled++;
       else {
         let n = 0;

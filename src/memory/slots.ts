@@ -13,8 +13,11 @@ import type { StreamSlots } from "./plan.ts";
 import { ALIGN, buildReadPlan, type ReadPlan } from "./readplan.ts";
 import { isHeadTensor, trunkUnitEntries } from "./units.ts";
 
-/** Largest single read a trunk piece is submitted as: the I/O pool's threads share one piece. */
+/** Largest single read a trunk piece is submitted as: a device queue's threads share one piece. */
 export const TRUNK_READ_BYTES = 64 * 2 ** 20;
+/** … when its shards have copies on other drives: finer, so a piece's reads spread evenly over
+ *  every copy (a 256 MiB piece in 32 reads over 3 drives: 11/11/10, against 2/1/1 of 64 MiB). */
+export const MIRRORED_READ_BYTES = 8 * 2 ** 20;
 
 /** An O_DIRECT read of `bytes` at any offset: widened to 4096 on both ends. */
 const alignedBuffer = (bytes: number): number => Math.ceil(bytes / ALIGN) * ALIGN + ALIGN;
@@ -24,9 +27,9 @@ export function trunkLayout(ckpt: Checkpoint, opts: PieceOptions & { tensors?: T
   return buildTrunkLayout(ckpt.config, opts.tensors ?? exactTrunkTensors(trunkUnitEntries(ckpt)), opts);
 }
 
-/** Read plan of every piece: [pieces.length]. */
-export function pieceReadPlans(layout: TrunkLayout): ReadPlan[] {
-  return layout.pieces.map((p) => buildReadPlan(pieceParts(p), TRUNK_READ_BYTES));
+/** Read plan of every piece: [pieces.length], in reads of at most `maxRead` bytes. */
+export function pieceReadPlans(layout: TrunkLayout, maxRead = TRUNK_READ_BYTES): ReadPlan[] {
+  return layout.pieces.map((p) => buildReadPlan(pieceParts(p), maxRead));
 }
 
 /** Read plan of expert `e` of `layer` (six tensors, usually one read). */

@@ -1,6 +1,6 @@
 // StreamingWeights: the WeightProvider that reads the release in place within a RAM budget. It
 // only composes the parts, each with one job:
-//   ShardReader     (reader.ts)       open shards, the I/O pool, reads in flight, counters
+//   ShardReader     (reader.ts)       open shards and copies, a read queue per device, routing, counters
 //   StreamedTrunk   (trunk.ts)        pinned trunk pieces + the rings that stream the rest
 //   EmbeddingRows   (embed-rows.ts)   one embedding row per token, read on demand
 //   ExpertSlotCache (expert-cache.ts) the routed experts' slots, eviction, lookahead reads
@@ -18,9 +18,11 @@ import { ExpertSlotCache } from "./expert-cache.ts";
 import type { PolicyName } from "./policy/index.ts";
 import { checksumChecks, firstLandingChecks, type ReadChecks } from "./read-checks.ts";
 import { ShardReader } from "./reader.ts";
-import { trunkLayout } from "./slots.ts";
+import { MIRRORED_READ_BYTES, TRUNK_READ_BYTES, trunkLayout } from "./slots.ts";
 import { StreamedTrunk } from "./trunk.ts";
 import type { Checksums } from "./verify.ts";
+import type { DeviceOf } from "./devices.ts";
+import type { MirrorCopies } from "./mirrors.ts";
 
 export interface StreamOptions {
   /** Trunk pieces (ids in walk order, src/memory/pieces.ts) kept resident. */
@@ -40,8 +42,16 @@ export interface StreamOptions {
   trunk?: { tensors: TrunkTensor[][]; files: { file: string; bytes: number }[]; blockCrc: (key: string) => number | undefined };
   /** Ask for O_DIRECT; the probe decides, and stats say what happened. */
   direct: boolean;
-  /** I/O threads; undefined joins the process's pool as it runs (see joinIoPool). */
+  /** Threads of each device's read queue (default DEFAULT_IO_THREADS). */
   ioThreads?: number;
+  /** Checked copies of shards on other drives (`--mirror`, src/memory/mirrors.ts). */
+  mirrors?: MirrorCopies;
+  /** Spare expert buffers a late expert read may be hedged into (with mirrors; the plan holds them). */
+  hedgeBuffers?: number;
+  /** Groups files into devices another way (tests); default: by the disk behind each file. */
+  deviceOf?: DeviceOf;
+  /** A read is late after this many times its predicted time (reader.ts DEFAULT_HEDGE_AFTER). */
+  hedgeAfter?: number;
   policy: PolicyName;
   /** Recorded CRC-32Cs (`k3 verify --record`): every read is checked against them. */
   checksums?: Checksums;
@@ -59,7 +69,14 @@ export class StreamingWeights implements WeightProvider {
 
   constructor(k: Kernels, ckpt: Checkpoint, opts: StreamOptions) {
     const mem = new CBuffers(k);
-    const reader = new ShardReader(k, ckpt, { direct: opts.direct, ioThreads: opts.ioThreads, extraFiles: opts.trunk?.files });
+    const reader = new ShardReader(k, ckpt, {
+      direct: opts.direct,
+      ioThreads: opts.ioThreads,
+      extraFiles: opts.trunk?.files,
+      mirrors: opts.mirrors,
+      deviceOf: opts.deviceOf,
+      hedgeAfter: opts.hedgeAfter,
+    });
     let trunk: StreamedTrunk | undefined;
     try {
       const layout = trunkLayout(ckpt, { ...opts.pieces, tensors: opts.trunk?.tensors });
@@ -75,12 +92,14 @@ export class StreamingWeights implements WeightProvider {
         matrixSlots: opts.ringSlots,
         coreSlots: opts.coreSlots,
         prefetch: opts.prefetch,
+        readBytes: reader.mirrored ? MIRRORED_READ_BYTES : TRUNK_READ_BYTES,
         check: trunkChecks && ((id, plan, base) => trunkChecks.trunkPiece(id, plan, base)),
         onProgress: opts.onProgress,
       });
       this.rows = new EmbeddingRows(k, mem, reader, ckpt, checks && ((id, row, bytes) => checks.embedRow(id, row, bytes)));
       this.experts = new ExpertSlotCache(mem, reader, ckpt, {
         slots: opts.expertSlots,
+        spares: reader.mirrored ? (opts.hedgeBuffers ?? 0) : 0,
         policy: opts.policy,
         check: checks && ((layer, e, plan, base) => checks.expert(layer, e, plan, base)),
       });
@@ -176,8 +195,14 @@ export class StreamingWeights implements WeightProvider {
       ioWaitMs: this.reader.waitMs,
       verifyMs: this.checks?.ms ?? 0,
       verifiedBytes: this.checks?.bytes ?? 0,
+      extraReads: this.reader.extraReads,
+      extraBytesRead: this.reader.extraBytes,
+      hedgesIssued: this.reader.hedgesIssued,
+      hedgesWon: this.reader.hedgesWon,
+      retries: this.reader.retries,
       directIo: this.reader.directIo,
       ioMode: this.reader.ioMode,
+      devices: this.reader.deviceStats(),
     };
   }
 

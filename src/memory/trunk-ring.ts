@@ -83,14 +83,14 @@ export class PieceRing {
   }
 
   /**
-   * Read the pinned pieces in parallel on the I/O pool, a bounded number of reads in flight,
+   * Read the pinned pieces in parallel on the device queues, a bounded number of reads in flight,
    * yielding after each piece lands (and passed its check). Must run to its end before the first
    * acquire. Abandoned early (an error, or the opener's return()), it waits for every read still
    * in flight: a buffer an I/O thread writes into is never freed.
    */
   *loadPinned(): Generator<void> {
     const inflight: { id: number; buf: CBuf; read: InFlight }[] = [];
-    const readsInFlight = () => inflight.reduce((n, x) => n + x.read.tickets.length, 0);
+    const readsInFlight = () => inflight.reduce((n, x) => n + x.read.ops.length, 0);
     const land = () => {
       const { id, buf, read } = inflight.shift()!;
       this.reader.finish(read);

@@ -27,6 +27,8 @@ export interface TrunkOptions {
   prefetch: boolean;
   /** Called when a piece's bytes landed, before any use (--verify); throws to refuse them. */
   check?: (piece: number, plan: ReadPlan, base: number) => void;
+  /** Largest read a piece is submitted as (default TRUNK_READ_BYTES; finer with mirrors). */
+  readBytes?: number;
   /** Progress of loading the pinned pieces at open, in bytes (called with 0 first): pieces
    *  differ in size by 1000×, so a count of pieces would stall on the big ones. */
   onProgress?: (doneBytes: number, totalBytes: number) => void;
@@ -49,7 +51,7 @@ export class StreamedTrunk {
     opts: TrunkOptions,
   ) {
     this.N = numLayers;
-    this.plans = pieceReadPlans(layout);
+    this.plans = pieceReadPlans(layout, opts.readBytes);
     const plans = new Map(this.plans.map((p, i) => [i, p]));
     const pinned = new Set(opts.pinned);
     const describe = (id: number) => describePiece(layout, id, numLayers);

@@ -65,8 +65,35 @@ export interface WeightStats {
   ioWaitMs: number;
   verifyMs: number; // time spent checking checksums (--verify)
   verifiedBytes: number; // payload bytes checked against recorded checksums (--verify): a count, not a time
-  directIo: boolean; // ioMode !== "buffered"
+  /** Reads and payload bytes read a second time (a hedge on a mirror, a retry after a failed
+   *  read): Σ devices' reads = reads + extraReads, Σ their bytes = trunk + expert + extraBytes. */
+  extraReads: number;
+  extraBytesRead: number;
+  hedgesIssued: number; // late reads re-issued on another copy (STREAMING.md "Routing")
+  hedgesWon: number; // … that answered first
+  retries: number; // failed reads read again from another copy
+  directIo: boolean; // ioMode !== "buffered" (on every device)
   ioMode: IoMode;
+  /** Per device the provider reads from (docs/STREAMING.md "Routing"); empty when resident. */
+  devices: DeviceStats[];
+}
+
+/** One device's share of a provider's reads. Counters add; the last four describe the device. */
+export interface DeviceStats {
+  name: string; // "nvme0n1", "tmpfs at /dev/shm"
+  bytesRead: number; // payload bytes of the reads it served (hedges and retries included)
+  reads: number;
+  errors: number; // reads that failed on it
+  retries: number; // reads it served after another copy failed
+  rerouted: number; // late reads moved to it before they started elsewhere
+  hedgesIssued: number; // hedges it was asked to read
+  hedgesWon: number; // … that answered first
+  busyMs: number; // time it had a read of this provider queued or running
+  threads: number; // its queue's I/O threads
+  directIo: boolean;
+  ioMode: IoMode;
+  files: number; // shard files (and copies) opened on it
+  queue: number; // its read queue in this process (kernels/k3_io.h; tests inject faults by it)
 }
 
 /** How shards are read: O_DIRECT (Linux), F_NOCACHE + read-ahead off (macOS), or through the page cache. */
@@ -74,7 +101,10 @@ export type IoMode = "O_DIRECT" | "F_NOCACHE" | "buffered";
 
 /** All counters at zero (a provider's starting point). */
 export function zeroStats(ioMode: IoMode): WeightStats {
-  return { trunkBytesRead: 0, expertBytesRead: 0, reads: 0, expertRequests: 0, expertHits: 0, lookaheadIssued: 0, lookaheadUsed: 0, ioWaitMs: 0, verifyMs: 0, verifiedBytes: 0, directIo: ioMode !== "buffered", ioMode };
+  return {
+    trunkBytesRead: 0, expertBytesRead: 0, reads: 0, expertRequests: 0, expertHits: 0, lookaheadIssued: 0, lookaheadUsed: 0, ioWaitMs: 0, verifyMs: 0, verifiedBytes: 0,
+    extraReads: 0, extraBytesRead: 0, hedgesIssued: 0, hedgesWon: 0, retries: 0, directIo: ioMode !== "buffered", ioMode, devices: [],
+  };
 }
 
 /** Counters a − b (what happened between two snapshots of a provider's counters). */
@@ -92,22 +122,23 @@ export function divideStats(a: WeightStats, n: number): WeightStats {
   return combine(a, a, (x) => x / n);
 }
 
-/** Counters combined field by field; the I/O mode is a's (one provider's mode never changes). */
+const COUNTERS = ["trunkBytesRead", "expertBytesRead", "reads", "expertRequests", "expertHits", "lookaheadIssued", "lookaheadUsed", "ioWaitMs", "verifyMs", "verifiedBytes", "extraReads", "extraBytesRead", "hedgesIssued", "hedgesWon", "retries"] as const;
+const DEVICE_COUNTERS = ["bytesRead", "reads", "errors", "retries", "rerouted", "hedgesIssued", "hedgesWon", "busyMs"] as const;
+
+/** Counters combined field by field; the I/O mode is a's (one provider's mode never changes).
+ *  Devices are matched by name (a zero starting point has none: the other side's are used). */
 function combine(a: WeightStats, b: WeightStats, f: (x: number, y: number) => number): WeightStats {
-  return {
-    trunkBytesRead: f(a.trunkBytesRead, b.trunkBytesRead),
-    expertBytesRead: f(a.expertBytesRead, b.expertBytesRead),
-    reads: f(a.reads, b.reads),
-    expertRequests: f(a.expertRequests, b.expertRequests),
-    expertHits: f(a.expertHits, b.expertHits),
-    lookaheadIssued: f(a.lookaheadIssued, b.lookaheadIssued),
-    lookaheadUsed: f(a.lookaheadUsed, b.lookaheadUsed),
-    ioWaitMs: f(a.ioWaitMs, b.ioWaitMs),
-    verifyMs: f(a.verifyMs, b.verifyMs),
-    verifiedBytes: f(a.verifiedBytes, b.verifiedBytes),
-    directIo: a.directIo,
-    ioMode: a.ioMode,
-  };
+  const out = { ...a };
+  for (const c of COUNTERS) out[c] = f(a[c], b[c]);
+  const names = [...new Set([...a.devices.map((d) => d.name), ...b.devices.map((d) => d.name)])];
+  out.devices = names.map((name) => {
+    const x = a.devices.find((d) => d.name === name);
+    const y = b.devices.find((d) => d.name === name);
+    const d = { ...(x ?? y)! };
+    for (const c of DEVICE_COUNTERS) d[c] = f(x?.[c] ?? 0, y?.[c] ?? 0);
+    return d;
+  });
+  return out;
 }
 
 export interface WeightProvider {
@@ -138,7 +169,7 @@ export interface WeightProvider {
   stats(): WeightStats;
   /** C memory the provider holds (what the planner's weight items must cover). */
   readonly allocatedBytes: number;
-  /** Threads of the I/O pool the provider reads with (none for an all-resident provider). */
+  /** Threads of each device's read queue (none for an all-resident provider). */
   readonly ioThreads?: number;
   close(): void;
 }

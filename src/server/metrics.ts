@@ -1,6 +1,7 @@
 // GET /metrics: the server's counters in the Prometheus text exposition format (version 0.0.4),
 // for people who run the server under monitoring. Counters count since the server started; the
 // engine's I/O counters since the engine opened (read directly from engine.stats()).
+import type { DeviceStats, WeightStats } from "../engine.ts";
 import type { ServerContext } from "./context.ts";
 
 type Sample = [labels: Record<string, string>, value: number];
@@ -13,6 +14,20 @@ function family(out: string[], name: string, type: "counter" | "gauge", help: st
     const l = Object.entries(labels).map(([k, v]) => `${k}="${escapeLabel(v)}"`);
     out.push(`${name}${l.length ? `{${l.join(",")}}` : ""} ${Number.isFinite(value) ? value : 0}`);
   }
+}
+
+/** Per device the engine reads from (docs/STREAMING.md "Routing"): rates follow from bytes and busy time. */
+function deviceFamilies(out: string[], io: WeightStats): void {
+  const per = (f: (d: DeviceStats) => number): Sample[] => io.devices.map((d) => [{ device: d.name }, f(d)]);
+  family(out, "k3_device_bytes_read_total", "counter", "Weight bytes read from each device (hedges and retries included).", per((d) => d.bytesRead));
+  family(out, "k3_device_reads_total", "counter", "Reads served by each device.", per((d) => d.reads));
+  family(out, "k3_device_busy_seconds_total", "counter", "Time each device had a read queued or running.", per((d) => d.busyMs / 1000));
+  family(out, "k3_device_errors_total", "counter", "Reads that failed on each device.", per((d) => d.errors));
+  family(out, "k3_device_retries_total", "counter", "Reads each device served after another copy failed.", per((d) => d.retries));
+  family(out, "k3_device_hedges_total", "counter", "Late reads re-issued on each device, and of them the ones that answered first.", [
+    ...io.devices.map((d): Sample => [{ device: d.name, outcome: "issued" }, d.hedgesIssued]),
+    ...io.devices.map((d): Sample => [{ device: d.name, outcome: "won" }, d.hedgesWon]),
+  ]);
 }
 
 export const METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8";
@@ -38,6 +53,7 @@ export function metricsText(ctx: ServerContext): string {
   family(out, "k3_expert_requests_total", "counter", "Expert weights the router asked for.", io.expertRequests);
   family(out, "k3_expert_hits_total", "counter", "Expert requests served from the RAM cache.", io.expertHits);
   family(out, "k3_io_wait_seconds_total", "counter", "Time compute waited for weight reads.", io.ioWaitMs / 1000);
+  deviceFamilies(out, io);
   family(out, "k3_queue_running", "gauge", "Generations running (at most k3_parallel_sessions, batched in the engine's steps).", ctx.queue.running);
   family(out, "k3_parallel_sessions", "gauge", "Generations that may run at once (--parallel).", ctx.queue.slots);
   family(out, "k3_queue_waiting", "gauge", "Requests waiting for the engine.", ctx.queue.waiting);

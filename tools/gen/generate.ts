@@ -3,7 +3,7 @@
 // → byte-identical files. docs/TEST-MODELS.md describes presets, layout and scaling.
 //
 //   bun tools/gen/generate.ts --preset tiny-a --out DIR [--seed N] [--break-layout] [--vocab V]
-//                             [--layers L] [--experts N]
+//                             [--layers L] [--experts N] [--dense-inter F]
 import { existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { buildConfigJson } from "./config-json.ts";
@@ -20,6 +20,7 @@ export interface GenerateOptions {
   vocab?: number; // overrides the preset's vocab (specials move with it)
   layers?: number; // overrides (mainly for `slice`); MLA layers follow the release rule
   experts?: number; // overrides; topK is clamped to min(preset topK, experts)
+  denseInter?: number; // overrides the dense FFN's width (a smaller layer 0: bench/drives.ts)
 }
 
 export interface GeneratedTensor {
@@ -43,6 +44,7 @@ export function resolvePreset(opts: GenerateOptions): GenPreset {
   const p: GenPreset = { ...base };
   if (opts.vocab !== undefined) p.vocab = opts.vocab;
   if (opts.layers !== undefined) p.layers = opts.layers;
+  if (opts.denseInter !== undefined) p.denseInter = opts.denseInter;
   if (opts.experts !== undefined) {
     p.experts = opts.experts;
     p.topK = Math.min(p.topK, opts.experts);
@@ -119,10 +121,11 @@ function parseArgs(argv: string[]): { out: string; opts: GenerateOptions } {
     else if (a === "--vocab") opts.vocab = num(a, argv[++i]);
     else if (a === "--layers") opts.layers = num(a, argv[++i]);
     else if (a === "--experts") opts.experts = num(a, argv[++i]);
+    else if (a === "--dense-inter") opts.denseInter = num(a, argv[++i]);
     else if (a === "--break-layout") opts.breakLayout = true;
     else throw new Error(`unknown argument ${a}`);
   }
-  if (!opts.preset || !out) throw new Error("usage: bun tools/gen/generate.ts --preset NAME --out DIR [--seed N] [--break-layout] [--vocab V] [--layers L] [--experts N]");
+  if (!opts.preset || !out) throw new Error("usage: bun tools/gen/generate.ts --preset NAME --out DIR [--seed N] [--break-layout] [--vocab V] [--layers L] [--experts N] [--dense-inter F]");
   return { out, opts };
 }
 

@@ -198,6 +198,7 @@ export function validatePreset(name: string, p: GenPreset): void {
   if (p.moeInter % 32) problems.push(`moeInter ${p.moeInter} must be a multiple of 32`);
   if (p.topK > p.experts || p.topK < 1) problems.push(`topK ${p.topK} must be in 1..experts (${p.experts})`);
   if (p.vocab < 768) problems.push(`vocab ${p.vocab} must be ≥ 768 (256 specials + all single bytes)`);
+  if (!(p.denseInter >= 1)) problems.push(`denseInter ${p.denseInter} must be ≥ 1`);
   if (p.layers < 3) problems.push(`layers ${p.layers} must be ≥ 3 (dense layer 0, KDA, MLA)`);
   if (kdaLayersOneBased(p.layers)[0] !== 1) problems.push("layer 1 (one-based) must be KDA");
   if (problems.length) throw new Error(`preset ${name} is invalid:\n  - ${problems.join("\n  - ")}`);

@@ -22,10 +22,10 @@ export default defineCommand({
     examples: [["k3 bench /models/Kimi-K3 --preset desktop", "s/token and bytes read per token at a 32 GiB budget, 3 runs"]],
     env: ["K3_MODEL", "K3_KERNELS"],
   },
-  run({ args }) {
+  run({ args, rawArgs }) {
     const tokens = positiveInt(args.tokens, "--tokens") ?? 8;
     const runs = positiveInt(args.runs, "--runs") ?? 3;
-    const opts = engineOptions(args);
+    const opts = engineOptions(args, rawArgs);
     const dir = resolveModelDir(args.dir, args.model);
     const results: { run: number; stats: GenerationStats; ids: number[]; directIo: boolean }[] = [];
     for (let r = 0; r < runs; r++) {

@@ -63,7 +63,7 @@ export default defineCommand({
       thinkingEffort: parseEffort(args.effort),
       ...samplingOptions(args, rawArgs, CHAT_DEFAULT_TEMPERATURE),
     };
-    const engineOpts = engineOptions(args);
+    const engineOpts = engineOptions(args, rawArgs);
     if (args["save-session"]) checkWritableFile(args["save-session"], "--save-session");
     const interactive = process.stdin.isTTY === true && !args.json;
     // Read the conversation before loading anything, so bad input fails fast.

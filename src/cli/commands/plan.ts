@@ -5,9 +5,10 @@
 // threads and exact read-plan buffer sizes); from metadata the release's layout is assumed.
 import { K3Error } from "../../errors.ts";
 import { formatRanges } from "../../format.ts";
-import { catalogueFromMetadata, contextFor, DEFAULT_CONTEXT, defaultPrefixCacheBytes, gib, openCheckpointCached, parseSize, planInputFromCensus, planMemory, PRESETS, REFERENCE_PROMPT, resolveBudget, metadataTrunkSlots, trunkSlots, TRUNK_FORMATS, type TrunkFormat, type MemoryPlan } from "../../inspect.ts";
+import { catalogueFromMetadata, contextFor, HEDGE_BUFFERS, DEFAULT_CONTEXT, defaultPrefixCacheBytes, gib, openCheckpointCached, parseSize, planInputFromCensus, planMemory, PRESETS, REFERENCE_PROMPT, resolveBudget, metadataTrunkSlots, trunkSlots, TRUNK_FORMATS, type TrunkFormat, type MemoryPlan } from "../../inspect.ts";
 import { defaultThreads, engineLimits } from "../../engine.ts";
 import { snakeKeys } from "../../report.ts";
+import { repeatedValues } from "../args.ts";
 import { defineCommand } from "../command.ts";
 import { folderOrMetadata, modelOption, positiveInt, ramFlag } from "../common.ts";
 
@@ -85,6 +86,7 @@ export default defineCommand({
     trunk: { type: "string", default: "bf16", valueHint: "FORMAT", description: `trunk weights: ${TRUNK_FORMATS.join(" | ")} (int8/int4: a compact trunk from \`k3 pack\`, or what it would be)` },
     chunk: { type: "string", valueHint: "N", description: "prefill chunk in tokens (default: the planner's choice)" },
     prompt: { type: "string", valueHint: "N", description: `prompt length the chunk is chosen for (default ${REFERENCE_PROMPT})` },
+    mirror: { type: "string", valueHint: "DIR", description: "as k3 run --mirror (repeatable): the plan then holds the hedge buffers" },
     json: { type: "boolean", default: false, description: "print the plan as JSON" },
   },
   help: {
@@ -94,7 +96,7 @@ export default defineCommand({
     ],
     env: ["K3_MODEL"],
   },
-  run({ args }) {
+  run({ args, rawArgs }) {
     // Flags first: a typo must not wait for every shard header to be read.
     const budget = resolveBudget(args.preset, ramFlag(args.ram));
     // What-if questions for other machines are the point: more threads than here is fine.
@@ -130,6 +132,7 @@ export default defineCommand({
     input.promptTokens = prompt;
     input.parallel = parallel;
     const ram = args["prefix-cache-ram"];
+    input.hedgeBuffers = repeatedValues(rawArgs, "--mirror").length ? HEDGE_BUFFERS : 0;
     input.prefixCacheBytes = ram !== undefined ? parseSize(ram, "--prefix-cache-ram") : args.parallel !== undefined ? defaultPrefixCacheBytes(input) : 0;
     const plan = planMemory(input);
     if (args.json) process.stdout.write(`${JSON.stringify(snakeKeys({ model, budgetSource: budget.source, trunk, ...plan }), null, 2)}\n`);

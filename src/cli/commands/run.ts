@@ -55,7 +55,7 @@ export default defineCommand({
     // Every flag first: a typo fails before stdin is read or a model is opened.
     const gen = genFlag(args.gen, 32);
     const sampling = samplingOptions(args, rawArgs, 0);
-    const opts = engineOptions(args);
+    const opts = engineOptions(args, rawArgs);
     const { dir: dirOperand, text } = splitOperands(args.dir, args.text, args.model, {
       prompt: args.prompt !== undefined || args["prompt-file"] !== undefined || args.ids !== undefined,
     });

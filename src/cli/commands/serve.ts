@@ -45,7 +45,7 @@ export default defineCommand({
     env: ["K3_MODEL", "K3_API_KEY", "XDG_CACHE_HOME", "K3_KERNELS"],
   },
   async run({ args, rawArgs }) {
-    const engineOpts = engineOptions(args);
+    const engineOpts = engineOptions(args, rawArgs);
     const temperature = temperatureFlag(args.temperature, "--temperature");
     const reasoningBudget = args["reasoning-budget"] === undefined ? undefined : (reasoningBudgetFlag(args["reasoning-budget"]) ?? null);
     const logFormat = (args["log-format"] ?? "text") as LogFormat;
