@@ -23,7 +23,13 @@ export interface ForwardShape {
   logitRows: number;
   context: number;
   drafts?: number;
+  /** Layers whose output (the prefix-sum stream) every row captures for a draft model (0: none). */
+  taps?: number;
 }
+
+/** Verify segments one pass may carry (src/model/rollback.ts: a record slot each). The engine
+ *  verifies one session per pass; batched speculation (issue 27) would raise it. */
+export const VERIFY_SLOTS = 1;
 
 /** Drafts per verify pass the planner and the engine assume unless told (`--speculate auto`). */
 export const DEFAULT_MAX_DRAFTS = 8;
@@ -37,8 +43,8 @@ export const autoDrafts = (chunk: number): number => Math.max(0, Math.min(DEFAUL
  * logit row per session, or 1 + drafts for a speculative verify pass (one session alone). One
  * session without speculation: `chunk` rows, one logit row.
  */
-export function passShape(chunk: number, parallel: number, context: number, drafts = 0): ForwardShape {
-  return { rows: chunk + parallel - 1, logitRows: Math.max(parallel, 1 + drafts), context, drafts };
+export function passShape(chunk: number, parallel: number, context: number, drafts = 0, taps = 0): ForwardShape {
+  return { rows: chunk + parallel - 1, logitRows: Math.max(parallel, 1 + drafts), context, drafts, taps };
 }
 
 type Elements = (c: ModelConfig, s: ForwardShape) => number;
@@ -112,10 +118,14 @@ export const FORWARD_BUFFERS = {
   final_x: perLogitRow((c) => c.hidden),
   logits: perLogitRow((c) => c.vocab),
   // speculative verify pass (drafts > 0): one KDA layer's state and conv history as scratch, and
-  // per KDA layer the conv and recurrence inputs of every drafted position: [kdaLayers][drafts][6P + H]
+  // per verify slot and KDA layer the conv and recurrence inputs of every drafted position:
+  // [VERIFY_SLOTS][kdaLayers][drafts][6P + H] (src/model/rollback.ts)
   spec_S: ifDrafts((c) => c.kdaHeads * c.kdaHeadDim * c.kdaHeadDim),
   spec_conv: ifDrafts((c) => 3 * (c.convKernel - 1) * kdaWidth(c)), // q, k, v histories
-  spec_inputs: ifDrafts((c, d) => kdaLayerCount(c) * d * draftInputWidth(c)),
+  spec_inputs: ifDrafts((c, d) => VERIFY_SLOTS * kdaLayerCount(c) * d * draftInputWidth(c)),
+  // a draft model's capture (taps > 0): the prefix-sum stream P after each tapped layer, for every
+  // row of the pass: [taps][rows][E] (src/model/forward.ts; the draft reads it after the pass)
+  taps: { elements: (c, s) => (s.taps ?? 0) * s.rows * c.hidden },
 } satisfies Record<string, Spec>;
 
 export type ForwardBufferName = keyof typeof FORWARD_BUFFERS;

@@ -18,21 +18,16 @@
 // Speculative verify pass (docs/SPECULATION.md): `verify(state, [x, d_1 … d_k])` runs one pass
 // over 1 + k positions (the trunk read once, each distinct expert once) with logits at every
 // position. The session keeps x at once; each drafted position is kept later by `keep()`, in
-// order, as far as the drafts were accepted. Rollback reads no weights and copies no state:
-//   - KDA: x's recurrence and conv run on the real state; the drafted positions run on one
-//     scratch copy (spec_S, spec_conv: one layer's worth, reused by every layer), and their
-//     recurrence inputs (raw q, k, v before the conv; g; β: small) are kept per layer. keep()
-//     re-applies one position to the real state from those inputs (conv, L2 norm, recurrence:
-//     compute only), with the same kernels on the same inputs, so the state is bit-identical
-//     to what plain decoding of the kept tokens leaves;
-//   - MLA: the pass wrote cache rows for every position; rows past the kept ones are never read
-//     (attention reads rows < pos + T of the pass that rewrites them) and never saved;
-//   - position and history advance per kept token.
+// order, as far as the drafts were accepted. Rollback reads no weights and copies no state: the
+// drafted rows' KDA conv and recurrence run on scratch copies and their inputs are recorded, so
+// keep() re-applies one position from them (src/model/rollback.ts has the bookkeeping and why it
+// is bit-identical); MLA rows past the kept ones are never read.
 import { K3Error } from "../errors.ts";
 import type { ModelConfig } from "../checkpoint/types.ts";
 import { kernelLimits, K3_STATUS, type Kernels } from "../kernels.ts";
-import { allocForwardBuffers, bankSlots, draftInputWidth, passShape, type ForwardBuffers } from "./buffers.ts";
+import { allocForwardBuffers, bankSlots, passShape, VERIFY_SLOTS, type ForwardBuffers } from "./buffers.ts";
 import { at, CBuffers, type Addr, type CBuf } from "./cmem.ts";
+import { RECORD, Rollback } from "./rollback.ts";
 import type { SessionState } from "./state.ts";
 import type { LayerRef, TensorRef, WeightProvider } from "./weights.ts";
 
@@ -49,10 +44,10 @@ export interface Segment {
 }
 
 /** A segment placed in the pass: rows [row0, row0 + ids.length); `verify`: a speculative verify
- *  segment (rows 1.. are drafts, see the header). */
+ *  segment (rows 1.. are drafts, see the header), by its rollback slot. */
 interface Placed extends Segment {
   row0: number;
-  verify?: boolean;
+  verify?: number;
 }
 
 /** Which experts each token of a chunk uses, as the router decided (for traces and stats). */
@@ -91,10 +86,8 @@ export class Model {
   /** Rows one pass holds (src/model/buffers.ts passShape). */
   readonly rows: number;
 
-  /** KDA layer L's index among KDA layers (rows of spec_inputs), −1 for MLA layers. */
-  private readonly kdaIndex: number[];
-  /** The last verify pass, while its drafted positions may still be kept. */
-  private pass?: { state: SessionState; ids: number[]; pos0: number; kept: number };
+  /** The verify segments of the last pass and their recorded inputs (src/model/rollback.ts). */
+  private readonly rollback: Rollback;
 
   constructor(
     private k: Kernels,
@@ -112,8 +105,6 @@ export class Model {
     if (!Number.isInteger(parallel) || parallel < 1) throw new K3Error("USAGE", `parallel sessions must be ≥ 1, got ${parallel}`);
     if (1 + drafts > chunk) throw new K3Error("USAGE", `a verify pass of 1 + ${drafts} positions does not fit a ${chunk}-token chunk`, [`use --chunk ${1 + drafts} or more, or fewer drafts per pass`]);
     checkKernelLimits(k, cfg);
-    let kdas = 0;
-    this.kdaIndex = cfg.layerKinds.map((kind) => (kind === "kda" ? kdas++ : -1));
     this.mem = new CBuffers(k);
     const shape = passShape(chunk, parallel, maxContext, drafts);
     this.rows = shape.rows;
@@ -123,6 +114,7 @@ export class Model {
       this.mem.free();
       throw err;
     }
+    this.rollback = new Rollback(k, cfg, this.b, drafts, VERIFY_SLOTS);
     this.logitsView = this.b.logits.f32().subarray(0, cfg.vocab);
     this.idxView = this.b.router_idx.i32();
     this.wView = this.b.router_w.f32();
@@ -161,7 +153,7 @@ export class Model {
    */
   forward(state: SessionState, ids: number[], opts: { logits?: boolean } = {}): Float32Array | null {
     this.check(state, ids);
-    this.pass = undefined;
+    this.rollback.newPass();
     const wantLogits = opts.logits ?? true;
     try {
       let lastT = 0;
@@ -189,16 +181,16 @@ export class Model {
    */
   verify(state: SessionState, ids: number[]): Float32Array[] {
     this.check(state, ids);
-    this.pass = undefined;
+    this.rollback.newPass();
     if (ids.length > 1 + this.drafts) throw new K3Error("INTERNAL", `verify pass of ${ids.length} positions, the model has room for 1 + ${this.drafts}`);
     try {
       this.w.setHeadNext?.(true);
-      const pos0 = state.pos;
-      this.forwardSegments([{ state, ids, row0: 0, verify: true }]);
+      const slot = this.rollback.open(state, ids);
+      this.forwardSegments([{ state, ids, row0: 0, verify: slot }]);
       this.finalLogits(ids.map((_, t) => t));
-      this.pass = { state, ids: ids.slice(), pos0, kept: 0 };
     } catch (err) {
       state.dirty = true;
+      this.rollback.newPass();
       throw err;
     }
     const V = this.cfg.vocab;
@@ -208,50 +200,16 @@ export class Model {
 
   /** Drafted positions of the last verify pass not kept yet (0 when there is none). */
   keepable(state: SessionState): number {
-    const v = this.pass;
-    if (!v || v.state !== state || state.freed || state.dirty || state.pos !== v.pos0 + 1 + v.kept) return 0;
-    return v.ids.length - 1 - v.kept;
+    return this.rollback.keepable(state);
   }
 
   /**
-   * Keep the next drafted position of the last verify pass: re-apply its KDA conv and recurrence
-   * to the real state from the inputs the pass kept (no weights read), then advance position and
-   * history. The MLA cache row is already there.
+   * Keep the next drafted position of the last verify pass: its KDA conv and recurrence re-applied
+   * to the real state from the inputs the pass recorded (no weights read), position and history
+   * advanced. The MLA cache row is already there.
    */
   keep(state: SessionState): void {
-    if (this.keepable(state) < 1) throw new K3Error("INTERNAL", "no verified position left to keep (another pass ran, or the session changed)");
-    const v = this.pass!;
-    const k = this.k;
-    const c = this.cfg;
-    const b = this.b;
-    const H = c.kdaHeads;
-    const D = c.kdaHeadDim;
-    const P = H * D;
-    const hist = c.convKernel - 1;
-    const j = v.kept; // draft index: row j + 1 of the pass
-    for (let L = 0; L < c.numLayers; L++) {
-      const li = this.kdaIndex[L]!;
-      if (li < 0) continue;
-      const st = state.kda[L]!;
-      const rec = this.draftRecord(li, j);
-      // Conv history ← the last `hist` raw inputs (what k3_kda_conv_silu leaves), oldest first.
-      [st.convQ, st.convK, st.convV].forEach((h, n) => {
-        for (let r = 0; r + 1 < hist; r++) k.k3_mem_copy(at(h.ptr, r * P * F), at(h.ptr, (r + 1) * P * F), P * F);
-        k.k3_mem_copy(at(h.ptr, (hist - 1) * P * F), at(rec, n * P * F), P * F);
-      });
-      // S ← one delta-rule step with k̂, v̂, g, β of this position (the output o is not needed: k̂
-      // stands in for q, and o lands in scratch).
-      const kHat = at(rec, 3 * P * F);
-      this.checked("k3_kda_recurrent", k.k3_kda_recurrent(kHat, kHat, at(rec, 4 * P * F), at(rec, 5 * P * F), at(rec, 6 * P * F), st.S.ptr, b.kda_o.ptr, H, D, 1), `layer ${L}`);
-    }
-    v.kept++;
-    state.pos++;
-    state.history.push(v.ids[j + 1]!);
-  }
-
-  /** Where drafted position j of KDA layer li keeps its inputs: [q | k | v | k̂ | v̂ | g] (P each), β (H). */
-  private draftRecord(li: number, j: number): number {
-    return this.b.spec_inputs.ptr + (li * this.drafts + j) * draftInputWidth(this.cfg) * F;
+    this.rollback.keep(state, this.b.kda_o.ptr);
   }
 
   /**
@@ -272,7 +230,7 @@ export class Model {
       rows += seg.ids.length;
     }
     if (rows > this.rows) throw new K3Error("INTERNAL", `a pass of ${rows} rows, the model holds ${this.rows}`);
-    this.pass = undefined;
+    this.rollback.newPass();
     const wanted = placed.filter((p) => p.logits);
     try {
       this.w.setHeadNext?.(wanted.length > 0);
@@ -346,7 +304,7 @@ export class Model {
     this.rowsFinal = T;
     for (const seg of segs) {
       // A verify segment keeps its first position now, the drafted ones through keep().
-      const kept = seg.verify ? 1 : seg.ids.length;
+      const kept = seg.verify !== undefined ? 1 : seg.ids.length;
       seg.state.pos += kept;
       for (let t = 0; t < kept; t++) seg.state.history.push(seg.ids[t]!);
     }
@@ -474,21 +432,18 @@ export class Model {
     const x = b.xn.ptr;
     const t = (s: string) => lw.t(`self_attn.${s}`).ptr;
     const w = (s: string) => lw.t(`self_attn.${s}`); // a matrix: asked for right before its product
-    const li = this.kdaIndex[L]!;
-    const rowBytes = P * F;
     // 1. q, k, v projections, [T][P]
     this.mm(w("q_proj.weight"), x, b.kda_q.ptr, P, E, T);
     this.mm(w("k_proj.weight"), x, b.kda_k.ptr, P, E, T);
     this.mm(w("v_proj.weight"), x, b.kda_v.ptr, P, E, T);
-    // A verify segment's drafted rows (row0 + 1 …) keep their inputs in spec_inputs.
-    const save = (seg: Placed, from: Addr, slot: number, bytes = rowBytes) => {
-      if (!seg.verify) return;
-      for (let j = 0; j + 1 < seg.ids.length; j++) k.k3_mem_copy(at(this.draftRecord(li, j), slot * rowBytes), at(from, (seg.row0 + j + 1) * bytes), bytes);
+    // A verify segment's drafted rows (row0 + 1 …) record their inputs (rollback.ts).
+    const save = (seg: Placed, from: Addr, field: number, width = P) => {
+      if (seg.verify !== undefined) this.rollback.save(seg.verify, L, field, from, seg.row0, seg.ids.length, width);
     };
     for (const seg of segs) {
-      save(seg, b.kda_q.ptr, 0);
-      save(seg, b.kda_k.ptr, 1);
-      save(seg, b.kda_v.ptr, 2);
+      save(seg, b.kda_q.ptr, RECORD.q);
+      save(seg, b.kda_k.ptr, RECORD.k);
+      save(seg, b.kda_v.ptr, RECORD.v);
     }
     // 2. causal short conv (width 4, history carried across calls) + SiLU, per session
     this.kdaConv(segs, L, t);
@@ -503,10 +458,10 @@ export class Model {
     this.mm(w("b_proj.weight"), x, b.kda_beta.ptr, H, E, T);
     k.k3_sigmoid(b.kda_beta.ptr, T * H);
     for (const seg of segs) {
-      save(seg, b.kda_k.ptr, 3);
-      save(seg, b.kda_v.ptr, 4);
-      save(seg, b.kda_g.ptr, 5);
-      save(seg, b.kda_beta.ptr, 6, H * F);
+      save(seg, b.kda_k.ptr, RECORD.kHat);
+      save(seg, b.kda_v.ptr, RECORD.vHat);
+      save(seg, b.kda_g.ptr, RECORD.g);
+      save(seg, b.kda_beta.ptr, RECORD.beta, H);
     }
     // 6. delta rule: decay, update, then read o from the UPDATED state — per session
     this.kdaRecurrence(segs, L);
@@ -532,14 +487,11 @@ export class Model {
     };
     for (const seg of segs) {
       const st = this.kdaState(seg.state, L);
-      const drafted = seg.verify ? seg.ids.length - 1 : 0;
+      const drafted = seg.verify !== undefined ? seg.ids.length - 1 : 0;
       if (drafted === 0) conv(seg.row0, seg.ids.length, st.convQ.ptr, st.convK.ptr, st.convV.ptr);
       else {
         conv(seg.row0, 1, st.convQ.ptr, st.convK.ptr, st.convV.ptr);
-        const hb = (this.cfg.convKernel - 1) * rowBytes; // one history: [width − 1][P]
-        const scratch = (n: number) => at(b.spec_conv.ptr, n * hb);
-        [st.convQ, st.convK, st.convV].forEach((h, n) => k.k3_mem_copy(scratch(n), h.ptr, hb));
-        conv(seg.row0 + 1, drafted, scratch(0), scratch(1), scratch(2));
+        conv(seg.row0 + 1, drafted, ...this.rollback.scratchConv(st));
       }
     }
   }
@@ -557,12 +509,11 @@ export class Model {
       const row = (buf: CBuf, r: number, width = P) => at(buf.ptr, r * width * F);
       const rec = (r: number, n: number, S: Addr) =>
         this.checked("k3_kda_recurrent", k.k3_kda_recurrent(row(b.kda_q, r), row(b.kda_k, r), row(b.kda_v, r), row(b.kda_g, r), row(b.kda_beta, r, H), S, row(b.kda_o, r), H, D, n), `layer ${L}`);
-      const drafted = seg.verify ? seg.ids.length - 1 : 0;
+      const drafted = seg.verify !== undefined ? seg.ids.length - 1 : 0;
       if (drafted === 0) rec(seg.row0, seg.ids.length, st.S.ptr);
       else {
         rec(seg.row0, 1, st.S.ptr);
-        k.k3_mem_copy(b.spec_S.ptr, st.S.ptr, H * D * D * F);
-        rec(seg.row0 + 1, drafted, b.spec_S.ptr);
+        rec(seg.row0 + 1, drafted, this.rollback.scratchState(st));
       }
     }
   }
