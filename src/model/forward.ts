@@ -27,6 +27,7 @@ import type { ModelConfig } from "../checkpoint/types.ts";
 import { kernelLimits, K3_STATUS, type Kernels } from "../kernels.ts";
 import { allocForwardBuffers, bankSlots, passShape, VERIFY_SLOTS, type ForwardBuffers } from "./buffers.ts";
 import { at, CBuffers, type Addr, type CBuf } from "./cmem.ts";
+import { checkShape, matmulRows, matmulStatus } from "./matmul.ts";
 import { RECORD, Rollback } from "./rollback.ts";
 import type { SessionState } from "./state.ts";
 import type { LayerRef, TensorRef, WeightProvider } from "./weights.ts";
@@ -48,6 +49,27 @@ export interface Segment {
 interface Placed extends Segment {
   row0: number;
   verify?: number;
+}
+
+/** One segment of a finished pass, for a draft model: its session (already advanced), tokens, first
+ *  row in the pass and first position; a verify segment kept only its first row so far. */
+export interface PassRows {
+  state: SessionState;
+  ids: readonly number[];
+  row0: number;
+  pos0: number;
+  verify: boolean;
+}
+
+/** Where a pass left its captured streams: tap j of row r at ptr + (j·tapFloats + r·E)·4. */
+export interface PassTaps {
+  ptr: Addr;
+  tapFloats: number;
+}
+
+/** Who reads the captured rows after each pass (src/model/draft.ts keeps its cache in step). */
+export interface TapSink {
+  afterPass(segments: PassRows[], taps: PassTaps): void;
 }
 
 /** Which experts each token of a chunk uses, as the router decided (for traces and stats). */
@@ -88,6 +110,10 @@ export class Model {
 
   /** The verify segments of the last pass and their recorded inputs (src/model/rollback.ts). */
   private readonly rollback: Rollback;
+  /** Per zero-based layer L: which tap its output P fills (−1: none). */
+  private readonly tapAfter: number[];
+  /** Told after every pass where each segment's captured rows are (a draft model's cache follows the target's). */
+  tapSink?: TapSink;
 
   constructor(
     private k: Kernels,
@@ -99,14 +125,20 @@ export class Model {
     readonly drafts = 0,
     /** Sessions one pass may carry (a logit row each, and a decode row each besides a chunk). */
     readonly parallel = 1,
+    /** One-based completed-layer ids whose prefix-sum stream every row captures for a draft model
+     *  (id k: the stream P after zero-based layer k − 1, DRAFTERS.md §2.3); [] captures nothing. */
+    readonly tapLayers: readonly number[] = [],
   ) {
     if (!Number.isInteger(chunk) || chunk < 1) throw new K3Error("USAGE", `prefill chunk must be ≥ 1, got ${chunk}`);
     if (!Number.isInteger(drafts) || drafts < 0) throw new K3Error("USAGE", `drafts per pass must be an integer ≥ 0, got ${drafts}`);
     if (!Number.isInteger(parallel) || parallel < 1) throw new K3Error("USAGE", `parallel sessions must be ≥ 1, got ${parallel}`);
     if (1 + drafts > chunk) throw new K3Error("USAGE", `a verify pass of 1 + ${drafts} positions does not fit a ${chunk}-token chunk`, [`use --chunk ${1 + drafts} or more, or fewer drafts per pass`]);
     checkKernelLimits(k, cfg);
+    const bad = tapLayers.filter((id, i) => !Number.isInteger(id) || id < 1 || id > cfg.numLayers || (i > 0 && id <= tapLayers[i - 1]!));
+    if (bad.length) throw new K3Error("INTERNAL", `capture layer ids ${JSON.stringify(tapLayers)}: one-based, ascending, within 1..${cfg.numLayers}`);
+    this.tapAfter = cfg.layerKinds.map((_, L) => tapLayers.indexOf(L + 1));
     this.mem = new CBuffers(k);
-    const shape = passShape(chunk, parallel, maxContext, drafts);
+    const shape = passShape(chunk, parallel, maxContext, drafts, tapLayers.length);
     this.rows = shape.rows;
     try {
       this.b = allocForwardBuffers(this.mem, cfg, shape);
@@ -294,6 +326,10 @@ export class Model {
         else this.moe(lw, L, T);
         // 8. P = P + m
         k.k3_add(b.P.ptr, b.m.ptr, T * E);
+        // Capture: the layer's output is P, the prefix-sum stream (DRAFTERS.md §2.3: after the MLP
+        // add, before the next layer's block boundary resets it; not the AttnRes mix).
+        const tap = this.tapAfter[L]!;
+        if (tap >= 0) k.k3_mem_copy(at(b.taps.ptr, tap * this.rows * E * F), b.P.ptr, rowsBytes);
       } finally {
         this.w.releaseLayer(L);
       }
@@ -302,12 +338,15 @@ export class Model {
     }
     this.nBankFinal = nBank;
     this.rowsFinal = T;
+    const passed: PassRows[] = [];
     for (const seg of segs) {
       // A verify segment keeps its first position now, the drafted ones through keep().
       const kept = seg.verify !== undefined ? 1 : seg.ids.length;
+      passed.push({ state: seg.state, ids: seg.ids, row0: seg.row0, pos0: seg.state.pos, verify: seg.verify !== undefined });
       seg.state.pos += kept;
       for (let t = 0; t < kept; t++) seg.state.history.push(seg.ids[t]!);
     }
+    if (this.tapSink && this.tapLayers.length) this.tapSink.afterPass(passed, { ptr: b.taps.ptr, tapFloats: this.rows * E });
   }
 
   /**
@@ -385,34 +424,12 @@ export class Model {
    * of Y (ldy = rows). The shape the pass multiplies by must be the tensor's.
    */
   private mm(W: TensorRef, X: Addr, Y: Addr, rows: number, cols: number, T: number): void {
-    if (W.shape.length !== 2 || W.shape[0] !== rows || W.shape[1] !== cols)
-      throw new K3Error("INTERNAL", `${W.name} is [${W.shape.join(", ")}], the forward pass multiplies it as [${rows}, ${cols}]`);
-    if (!W.rowSlices) return this.mmRows(W, W.ptr, W.scales, X, Y, rows, rows, T);
+    checkShape(W, rows, cols, "the forward pass");
+    if (!W.rowSlices) return matmulRows(this.k, W, W.ptr, W.scales, X, Y, rows, rows, T);
     W.rowSlices.forEach((_, i) => {
       const s = W.slice!(i);
-      this.mmRows(W, s.ptr, s.scales, X, at(Y, s.r0 * F), rows, s.r1 - s.r0, T);
+      matmulRows(this.k, W, s.ptr, s.scales, X, at(Y, s.r0 * F), rows, s.r1 - s.r0, T);
     });
-  }
-
-  /** `n` rows of W (all, or one slice) for T tokens: Y row t at Y + t·ldy. */
-  private mmRows(W: TensorRef, ptr: Addr, S: Addr | undefined, X: Addr, Y: Addr, ldy: number, n: number, T: number): void {
-    const k = this.k;
-    const cols = W.shape[1]!;
-    let status: number;
-    if (W.dtype === "BF16") status = k.k3_matmul_bf16(ptr, X, cols, Y, ldy, n, cols, T);
-    else if (W.dtype === "Q8") status = k.k3_matmul_q8(ptr, S!, X, cols, Y, ldy, n, cols, T);
-    else if (W.dtype === "Q4") status = k.k3_matmul_q4(ptr, S!, X, cols, Y, ldy, n, cols, T);
-    else throw new K3Error("INTERNAL", `${W.name}: no matmul for ${W.dtype} weights`);
-    this.matmulStatus(status, `${W.name} (${W.dtype} [${W.shape.join(", ")}]${n < W.shape[0]! ? `, a slice of ${n} rows` : ""})`, T);
-  }
-
-  /** A matmul's status: a refusal names the matrix and its shape (a format or size the kernels
-   *  do not handle: every K3 matrix is one they do, so the file holds something else). */
-  private matmulStatus(status: number, what: string, T: number): void {
-    if (status === K3_STATUS.ok) return;
-    throw new K3Error("CHECKPOINT", `${what}: the matmul kernel refused it for ${T} token${T === 1 ? "" : "s"} (status ${status})`, [
-      "its columns must be a multiple of 32 for MXFP4 and int8/int4 weights (kernels/k3.h); check the checkpoint or re-pack the trunk",
-    ]);
   }
 
   /**
@@ -631,10 +648,10 @@ export class Model {
           k.k3_mem_copy(at(b.xe.ptr, i * lat * F), at(b.z.ptr, tok * lat * F), lat * F);
         }
         const ex = (w: string, rows: number, cols: number) => `layer ${L} expert ${expert} ${w} (MXFP4 [${rows}, ${cols}])`;
-        this.matmulStatus(k.k3_matmul_mxfp4(ref.w1p, ref.w1s, b.xe.ptr, lat, b.ge.ptr, c.moeInter, c.moeInter, lat, ne), ex("w1", c.moeInter, lat), ne);
-        this.matmulStatus(k.k3_matmul_mxfp4(ref.w3p, ref.w3s, b.xe.ptr, lat, b.ue.ptr, c.moeInter, c.moeInter, lat, ne), ex("w3", c.moeInter, lat), ne);
+        matmulStatus(k.k3_matmul_mxfp4(ref.w1p, ref.w1s, b.xe.ptr, lat, b.ge.ptr, c.moeInter, c.moeInter, lat, ne), ex("w1", c.moeInter, lat), ne);
+        matmulStatus(k.k3_matmul_mxfp4(ref.w3p, ref.w3s, b.xe.ptr, lat, b.ue.ptr, c.moeInter, c.moeInter, lat, ne), ex("w3", c.moeInter, lat), ne);
         k.k3_situ_glu(b.ge.ptr, b.ue.ptr, b.ge.ptr, ne * c.moeInter, c.situBeta, c.situLinearBeta);
-        this.matmulStatus(k.k3_matmul_mxfp4(ref.w2p, ref.w2s, b.ge.ptr, c.moeInter, b.ye.ptr, lat, lat, c.moeInter, ne), ex("w2", lat, c.moeInter), ne);
+        matmulStatus(k.k3_matmul_mxfp4(ref.w2p, ref.w2s, b.ge.ptr, c.moeInter, b.ye.ptr, lat, lat, c.moeInter, ne), ex("w2", lat, c.moeInter), ne);
         for (let i = 0; i < ne; i++) k.k3_mem_copy(at(b.yall.ptr, slots[i]! * lat * F), at(b.ye.ptr, i * lat * F), lat * F);
       }
     } finally {
