@@ -14,6 +14,7 @@
 //             allocated for it). A verify pass keeps the recurrence inputs of its drafted positions
 //             per KDA layer and runs their recurrence on one scratch copy of a layer's state, so
 //             rejected drafts are rolled back by not re-applying them (src/model/forward.ts).
+import type { DraftConfig } from "../checkpoint/draft-config.ts";
 import type { ModelConfig } from "../checkpoint/types.ts";
 import { loadKernels } from "../kernels.ts";
 import { allocationBytes, type CBuf, type CBuffers } from "./cmem.ts";
@@ -168,4 +169,64 @@ export function kdaStateBytes(cfg: ModelConfig): number {
 /** Bytes of one MLA layer's cache as allocated. */
 export function mlaCacheBytes(cfg: ModelConfig, context: number): number {
   return allocationBytes(4 * mlaCacheElements(cfg, context));
+}
+
+// ---- the draft model (src/model/draft.ts, draft-state.ts): its scratch and one session's draft state ----
+
+/** The draft's scratch sizes: refill rows per batch (committed rows are built this many at a time),
+ *  one query row (the chain is sequential), the context its attention may span. */
+export interface DraftShape {
+  refillRows: number;
+  context: number;
+}
+
+/** Committed rows are built in batches of this many (the matmuls' efficient range; bounds the scratch). */
+export const DRAFT_REFILL_ROWS = 32;
+
+type Size = (d: DraftConfig, s: DraftShape) => number;
+const perRefill = (n: (d: DraftConfig) => number): Size => (d, s) => s.refillRows * n(d);
+const one = (n: (d: DraftConfig) => number): Size => (d) => n(d);
+const taps = (d: DraftConfig) => d.captureLayers.length;
+
+/** The draft's scratch (src/model/draft.ts), in allocation order. */
+export const DRAFT_BUFFERS = {
+  fcin: perRefill((d) => taps(d) * d.hidden), // [rows][taps·E]: the (normed) taps, fc's input
+  h: perRefill((d) => d.hidden), // fc's output (the row's hidden)
+  emb: perRefill((d) => d.hidden), // the rows' token embeddings
+  u: perRefill((d) => 2 * d.hidden), // [RMSNorm(e) | RMSNorm(h)]
+  ckv: perRefill((d) => d.kvLoraRank + d.qkRope), // kv_a's output, before the norm
+  hq: one((d) => d.hidden), // the query row's residual stream (h, r1, r2; the chain's feedback)
+  qa: one((d) => d.qLoraRank),
+  q: one((d) => d.heads * (d.qkNope + d.qkRope)),
+  att: one((d) => d.heads * d.vHead),
+  o: one((d) => d.hidden),
+  z: one((d) => d.hidden),
+  g: one((d) => d.intermediate),
+  up: one((d) => d.intermediate),
+  mlp: one((d) => d.hidden),
+  y: one((d) => d.hidden),
+  logits: one((d) => d.vocab),
+  mla_scratch: (d, s) => Number(loadKernels().k3_mla_scratch_floats(d.kvLoraRank, s.context)), // the target's MLA kernel, one slot per pool thread
+} satisfies Record<string, Size>;
+
+export type DraftBufferName = keyof typeof DRAFT_BUFFERS;
+export type DraftBuffers = { readonly [K in DraftBufferName]: CBuf };
+
+export function allocDraftBuffers(mem: CBuffers, d: DraftConfig, s: DraftShape): DraftBuffers {
+  const out: Partial<Record<DraftBufferName, CBuf>> = {};
+  for (const [name, size] of Object.entries(DRAFT_BUFFERS) as [DraftBufferName, Size][]) out[name] = mem.floats(size(d, s), `draft ${name}`);
+  return out as DraftBuffers;
+}
+
+/** Bytes allocDraftBuffers takes. */
+export function draftScratchBytes(d: DraftConfig, s: DraftShape): number {
+  return (Object.values(DRAFT_BUFFERS) as Size[]).reduce((a, size) => a + allocationBytes(4 * size(d, s)), 0);
+}
+
+/** Floats of one cache row: [c (R) | k_r (dr)]. */
+export const draftRowFloats = (d: DraftConfig) => d.kvLoraRank + d.qkRope;
+
+/** Bytes one session's draft state takes: the cache for `context` positions and the taps store. */
+export function draftStateBytes(d: DraftConfig, context: number, storeRows: number): number {
+  return allocationBytes(4 * context * draftRowFloats(d)) + allocationBytes(4 * taps(d) * storeRows * d.hidden);
 }
