@@ -31,6 +31,8 @@ import { readGenerationDefaults, type GenerationDefaults } from "./checkpoint/ge
 import type { WeightProvider, WeightStats } from "./model/weights.ts";
 import { Generation, passCostPrior, peakRssBytes } from "./engine/generation.ts";
 import { openStreaming, sizeEngine } from "./engine/open.ts";
+import { openDraft } from "./engine/draft.ts";
+import type { DraftModel } from "./model/draft.ts";
 import { Passes } from "./engine/passes.ts";
 import { Session } from "./engine/session.ts";
 import { computeThreads, type ComputeThreads } from "./engine/threads.ts";
@@ -130,6 +132,13 @@ export interface EngineOptions {
   /** The prefix cache (batched generation only): RAM tier bytes ("auto": the planner's default
    *  share; 0: none) and an optional disk tier (folder, size cap in bytes). Default: off. */
   prefixCache?: { ramBytes?: number | "auto"; dir?: string; diskBytes?: number };
+  /**
+   * A draft model (`--draft DIR`: a released K3 EAGLE-3 draft, config.json + model.safetensors,
+   * docs/DRAFT.md) whose chain the cost model may verify instead of (or besides) the n-gram
+   * drafter's. Checked against the target before any weight is read; held resident (the plan
+   * counts it). "none" or undefined: no draft. Output is identical either way.
+   */
+  draft?: string;
 }
 
 export interface TokenEvent {
@@ -334,7 +343,7 @@ export class Engine {
     const checkpoint = opts.verify ? openCheckpoint(dir, indexing) : openCheckpointCached(dir, indexing);
     const cfg = checkpoint.config;
     checkKernelLimits(k, cfg);
-    const size = sizeEngine(checkpoint, opts, threads.threads);
+    const size = sizeEngine(k, checkpoint, opts, threads.threads);
     // The trace records one sequence, chunk by chunk: a batched pass of several sessions cannot
     // be written to it, so the combination is refused here, before any weight is read.
     if (opts.trace !== undefined && size.parallel > 1)
@@ -342,14 +351,18 @@ export class Engine {
     // A plan exactly when not resident: the streamed weights follow it.
     const weights: WeightProvider = size.plan ? yield* openStreaming(k, checkpoint, size.plan, size.pack, size.mirrors, opts) : new ResidentWeights(k, cfg, checkpoint.tensors);
     let model: Model;
+    let draft: DraftModel | undefined;
     try {
-      model = new Model(k, cfg, weights, size.chunk, size.context, size.drafts, size.parallel);
+      draft = size.draft && openDraft(k, size.draft, cfg, weights, size.context, size.drafts);
+      model = new Model(k, cfg, weights, size.chunk, size.context, size.drafts, size.parallel, draft?.cfg.captureLayers ?? []);
       model.lookahead = opts.lookahead ?? true;
+      model.tapSink = draft;
     } catch (err) {
+      draft?.free();
       weights.close();
       throw err;
     }
-    const passes = new Passes(k, model, weights, size.context, size.parallel);
+    const passes = new Passes(k, model, weights, size.context, size.parallel, draft);
     // The folder actually read (a Hugging Face repo folder resolves to its snapshot).
     const engine = new Engine(checkpoint.dir, checkpoint, k, passes, threads, size.plan, size.speculate, size.trunk, size.pack);
     try {
@@ -461,7 +474,14 @@ export class Engine {
 
   createSession(): Session {
     this.passes.alive();
-    return new Session(new SessionState(this.k, this.config, this.context));
+    const state = new SessionState(this.k, this.config, this.context);
+    try {
+      state.draft = this.passes.draft?.newState();
+    } catch (err) {
+      state.free();
+      throw err;
+    }
+    return new Session(state);
   }
 
   /** Run prompt tokens through the model without sampling (returns last logits, a view). */

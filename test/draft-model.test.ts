@@ -14,6 +14,7 @@ import type { ModelConfig } from "../src/checkpoint/types.ts";
 import { loadKernels } from "../src/kernels.ts";
 import { DraftModel } from "../src/model/draft.ts";
 import { DraftWeights } from "../src/model/draft-weights.ts";
+import { releasedDraftSources } from "../src/memory/draft-plan.ts";
 import { Model } from "../src/model/forward.ts";
 import { ResidentWeights } from "../src/model/resident.ts";
 import { SessionState } from "../src/model/state.ts";
@@ -43,7 +44,7 @@ function open(targetDir: string, draftDir: string, chunk = 64): Engine {
   const weights = new ResidentWeights(k, cfg, ck.tensors);
   const dck = openDraftCheckpoint(draftDir, cfg);
   const shared = dck.embed !== undefined && sameEmbedding(dck.embed, ck.tensors.get("language_model.model.embed_tokens.weight")!);
-  const dw = new DraftWeights(k, DraftWeights.sourcesOf(dck), shared ? undefined : dck.embed);
+  const dw = new DraftWeights(k, releasedDraftSources(dck), shared ? undefined : dck.embed);
   const draft = new DraftModel(k, cfg, dck, dw, shared ? (id, dst) => weights.embedRow(id, dst) : (id, dst) => dw.embedRow(id, dst), 256, K);
   const model = new Model(k, cfg, weights, chunk, 256, K, 1, dck.config.captureLayers);
   model.tapSink = draft;

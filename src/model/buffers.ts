@@ -182,6 +182,9 @@ export interface DraftShape {
 
 /** Committed rows are built in batches of this many (the matmuls' efficient range; bounds the scratch). */
 export const DRAFT_REFILL_ROWS = 32;
+/** Positions a session's taps ring holds at least (draft-state.ts): an idle draft commits its rows
+ *  once per this many tokens. */
+export const DRAFT_WINDOW = 64;
 
 type Size = (d: DraftConfig, s: DraftShape) => number;
 const perRefill = (n: (d: DraftConfig) => number): Size => (d, s) => s.refillRows * n(d);
@@ -226,7 +229,10 @@ export function draftScratchBytes(d: DraftConfig, s: DraftShape): number {
 /** Floats of one cache row: [c (R) | k_r (dr)]. */
 export const draftRowFloats = (d: DraftConfig) => d.kvLoraRank + d.qkRope;
 
-/** Bytes one session's draft state takes: the cache for `context` positions and the taps store. */
-export function draftStateBytes(d: DraftConfig, context: number, storeRows: number): number {
-  return allocationBytes(4 * context * draftRowFloats(d)) + allocationBytes(4 * taps(d) * storeRows * d.hidden);
+/** Positions of a session's taps ring for verify passes of up to `drafts` drafts. */
+export const draftWindow = (drafts: number) => Math.max(DRAFT_WINDOW, 2 * (1 + drafts));
+
+/** Bytes one session's draft state takes: the cache for `context` positions and the taps ring. */
+export function draftStateBytes(d: DraftConfig, context: number, drafts: number): number {
+  return allocationBytes(4 * context * draftRowFloats(d)) + allocationBytes(4 * taps(d) * draftWindow(drafts) * d.hidden);
 }

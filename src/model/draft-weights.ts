@@ -8,24 +8,11 @@
 // (src/checkpoint/draft.ts), else the draft's own table is read here too.
 import { closeSync, openSync, readSync } from "node:fs";
 import { toArrayBuffer } from "bun:ffi";
-import type { DraftCheckpoint } from "../checkpoint/draft.ts";
 import type { TensorEntry } from "../checkpoint/types.ts";
 import { K3Error } from "../errors.ts";
 import type { Kernels } from "../kernels.ts";
 import { at, CBuffers, type Addr } from "./cmem.ts";
-import type { TensorRef } from "./weights.ts";
-
-/** Where a tensor's bytes are: a file range (the draft's safetensors, or a pack) and its format. */
-export interface DraftTensorSource {
-  name: string;
-  file: string;
-  offset: number;
-  bytes: number;
-  dtype: TensorRef["dtype"];
-  shape: number[];
-  /** Q8/Q4: the scales' range in the same file. */
-  scales?: { offset: number; bytes: number };
-}
+import type { DraftTensorSource, TensorRef } from "./weights.ts";
 
 export class DraftWeights {
   private mem: CBuffers;
@@ -73,11 +60,6 @@ export class DraftWeights {
       for (const fd of fds.values()) closeSync(fd);
     }
     this.bytesRead = read;
-  }
-
-  /** The tensors of a released draft as they are in its safetensors file (bf16). */
-  static sourcesOf(ck: DraftCheckpoint): DraftTensorSource[] {
-    return [...ck.tensors.values()].map((t) => ({ name: t.name, file: t.file, offset: t.offset, bytes: t.bytes, dtype: t.dtype, shape: t.shape }));
   }
 
   t(name: string): TensorRef {

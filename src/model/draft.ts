@@ -7,7 +7,8 @@
 //   - keep each session's draft cache in step with what the target committed (afterPass, the
 //     target's TapSink): row j is built from the TARGET's taps at j and the token at j + 1 —
 //     only fc, the norms, kv_a and RoPE (a committed row's cache entry depends on nothing else);
-//     rows of positions whose successor is not known yet wait in the session's taps store;
+//     the taps wait in the session's ring until the draft proposes (or would lose them), so the
+//     rows are built in batches and an idle draft costs little (draft-state.ts);
 //   - propose a chain of k drafts (propose): step 1 from the pending row's taps (it writes that row,
 //     whose inputs are exact: it is committed), steps 2..k from the previous step's feedback state
 //     (eagle3.1: the post-norm output; eagle3: the pre-norm residual) and its argmax; chain rows
@@ -24,7 +25,7 @@ import { K3_STATUS, type Kernels } from "../kernels.ts";
 import { at, CBuffers, type Addr } from "./cmem.ts";
 import { ropeAmplitude, ropeFrequencies, softmaxScale } from "./draft-math.ts";
 import { checkShape, matmulRows } from "./matmul.ts";
-import { allocDraftBuffers, DRAFT_REFILL_ROWS, draftRowFloats, type DraftBuffers } from "./buffers.ts";
+import { allocDraftBuffers, DRAFT_REFILL_ROWS, draftRowFloats, draftWindow, type DraftBuffers } from "./buffers.ts";
 import { DraftState } from "./draft-state.ts";
 import type { DraftWeights } from "./draft-weights.ts";
 import type { PassRows, PassTaps, TapSink } from "./forward.ts";
@@ -89,14 +90,14 @@ export class DraftModel implements TapSink {
     this.logitsView = this.b.logits.f32().subarray(0, d.vocab);
   }
 
-  /** Rows one session's taps store holds: a verify pass's 1 + drafts, or a plain pass's last. */
-  get storeRows(): number {
-    return 1 + this.maxDrafts;
+  /** Positions one session's taps ring holds: a verify pass's rows fit many times over. */
+  get window(): number {
+    return draftWindow(this.maxDrafts);
   }
 
   /** A new session's draft state (the engine attaches it to the session). */
   newState(): DraftState {
-    return new DraftState(this.k, this.cfg, this.context, this.storeRows);
+    return new DraftState(this.k, this.cfg, this.context, this.window);
   }
 
   /** C memory of the draft's scratch (weights and sessions report their own). */
@@ -104,54 +105,76 @@ export class DraftModel implements TapSink {
     return this.mem.totalBytes;
   }
 
+  /** C memory of its weights (what one draft step multiplies, its own embedding table aside). */
+  get weightBytes(): number {
+    return this.w.allocatedBytes;
+  }
+
   // ---- keeping the cache in step with the target (TapSink) ----
 
-  /** After every target pass: commit what the session took, store what it may take later. */
+  /**
+   * After every target pass: its rows' taps go into the session's ring (a verify pass's too: the
+   * session keeps its drafted positions later, one at a time); rows whose taps would leave the
+   * ring are committed first, so none is lost. Everything else waits for propose() (lazy: an
+   * idle draft builds its rows in batches, draft-state.ts).
+   */
   afterPass(segments: PassRows[], taps: PassTaps): void {
     for (const seg of segments) {
       const ds = seg.state.draft;
       if (!ds) continue;
-      const src: TapRows = { ptr: taps.ptr, tapFloats: taps.tapFloats, row0: seg.row0 };
       const p = seg.pos0;
       const m = seg.ids.length;
-      this.catchUp(ds, seg.state.history, p);
-      if (seg.verify) {
-        // Its drafted rows are kept one at a time later: all of them wait in the store.
-        this.storeRows_(ds, src, 0, m, p);
-        continue;
+      const W = ds.window;
+      if (ds.rows > p) ds.rows = p; // chain rows past p were a proposal's scratch
+      ds.storeEnd = Math.min(ds.storeEnd, p); // stored rows from p on are rewritten now
+      const keepFrom = Math.max(p + m - W, 0); // the first position the ring keeps after this pass
+      // Rows before this pass that would leave the ring (or that it cannot reach: a gap before p).
+      this.catchUp(ds, seg.state.history, Math.min(keepFrom, p));
+      if (ds.storeEnd < p) this.gap(ds, p); // no taps for [storeEnd, p): rows there cannot be built
+      // Rows of this pass that do not fit the ring: committed now, from the pass's own taps.
+      if (keepFrom > p) {
+        if (ds.rows === p) this.commit(ds, { ptr: taps.ptr, tapFloats: taps.tapFloats, row0: seg.row0 }, keepFrom - p, seg.ids.slice(1, keepFrom - p + 1), p);
+        else ds.rows = ds.validFrom = keepFrom;
+        ds.rows = Math.max(ds.rows, keepFrom);
       }
-      if (ds.rows === p && m > 1) {
-        this.commit(ds, src, m - 1, seg.ids.slice(1), p);
-        ds.rows = p + m - 1;
-      } else if (ds.rows < p + m - 1) ds.rows = ds.validFrom = p + m - 1; // no pending row before this pass: rows before it are lost
-      this.storeRows_(ds, src, m - 1, 1, p + m - 1);
+      this.storeRowsOf(ds, taps, seg.row0, p, Math.max(keepFrom, p), p + m);
     }
   }
 
-  /** Commit rows [ds.rows, upTo) from the store (tokens from the session's history); rows the store
-   *  lacks cannot be built: the draft then attends from the first row it has. */
+  /** Rows [ds.validFrom, upTo) cannot exist: no taps reach them. The draft attends from upTo on. */
+  private gap(ds: DraftState, upTo: number): void {
+    if (ds.rows < upTo) ds.rows = ds.validFrom = upTo;
+    ds.storeFrom = ds.storeEnd = upTo;
+  }
+
+  /** Commit rows [ds.rows, upTo) from the ring (successor tokens from the session's history). */
   private catchUp(ds: DraftState, history: readonly number[], upTo: number): void {
-    if (ds.rows > history.length) ds.reset(); // the session went back (it was reset or restored)
-    while (ds.rows < upTo) {
+    if (ds.rows > history.length) ds.reset(); // the session went back (a reset or restore)
+    if (ds.rows >= upTo) return;
+    if (ds.rows < ds.storeFrom) ds.rows = ds.validFrom = Math.min(ds.storeFrom, upTo); // older taps are gone
+    const end = Math.min(upTo, ds.storeEnd);
+    const W = ds.window;
+    while (ds.rows < end) {
       const j = ds.rows;
-      if (!ds.stored(j)) {
-        ds.rows = ds.validFrom = ds.storeCount > 0 && ds.storeFrom > j ? Math.min(upTo, ds.storeFrom) : upTo;
-        continue;
-      }
-      const n = Math.min(upTo, ds.storeFrom + ds.storeCount) - j;
+      const n = Math.min(end - j, W - (j % W)); // a contiguous run of ring slots
       if (j + n >= history.length) throw new K3Error("INTERNAL", `draft catch-up to ${upTo} with ${history.length} tokens`);
-      this.commit(ds, { ptr: ds.store.ptr, tapFloats: ds.storeRows * this.E, row0: j - ds.storeFrom }, n, history.slice(j + 1, j + 1 + n), j);
-      ds.rows = j + n;
+      this.commit(ds, { ptr: ds.store.ptr, tapFloats: W * this.E, row0: j % W }, n, history.slice(j + 1, j + 1 + n), j);
     }
+    if (ds.rows < upTo) this.gap(ds, upTo);
   }
 
-  /** Copy rows [first, first + n) of `src` into the session's store, as positions pos.. */
-  private storeRows_(ds: DraftState, src: TapRows, first: number, n: number, pos: number): void {
+  /** Copy the pass rows of positions [from, to) (the pass starts at p, row row0) into the ring. */
+  private storeRowsOf(ds: DraftState, taps: PassTaps, row0: number, p: number, from: number, to: number): void {
     const E = this.E;
-    for (let j = 0; j < this.nTaps; j++)
-      this.k.k3_mem_copy(at(ds.store.ptr, j * ds.storeRows * E * F), at(src.ptr, (j * src.tapFloats + (src.row0 + first) * E) * F), n * E * F);
-    ds.storeFrom = pos;
-    ds.storeCount = n;
+    const W = ds.window;
+    for (let pos = from; pos < to; ) {
+      const n = Math.min(to - pos, W - (pos % W));
+      for (let j = 0; j < this.nTaps; j++) this.k.k3_mem_copy(ds.tapAt(j, pos), at(taps.ptr, (j * taps.tapFloats + (row0 + pos - p) * E) * F), n * E * F);
+      pos += n;
+    }
+    if (ds.storeEnd < from) ds.storeFrom = from;
+    ds.storeEnd = to;
+    ds.storeFrom = Math.max(ds.storeFrom, to - W);
   }
 
   /**
@@ -165,6 +188,7 @@ export class DraftModel implements TapSink {
       this.input(this.b.h.ptr, tokens.slice(i0, i0 + T), T);
       this.cacheRows(ds, pos0 + i0, T);
     }
+    ds.rows = pos0 + n;
   }
 
   // ---- the draft's pieces ----
@@ -260,10 +284,11 @@ export class DraftModel implements TapSink {
     const out: Proposal = { tokens: [], logits: [] };
     if (!ds || max < 1 || state.pos < 1) return out;
     const pending = state.pos - 1;
+    if (ds.rows > pending) ds.rows = pending; // a proposal's chain rows, or step 1 of one never verified
     this.catchUp(ds, state.history, pending);
     if (ds.rows !== pending || !ds.stored(pending)) return out;
     // Step 1: the pending row (its taps, the token the target emitted after it): committed.
-    this.fuse({ ptr: ds.store.ptr, tapFloats: ds.storeRows * this.E, row0: pending - ds.storeFrom }, 1, this.b.hq.ptr);
+    this.fuse({ ptr: ds.store.ptr, tapFloats: ds.window * this.E, row0: pending % ds.window }, 1, this.b.hq.ptr);
     let tok = token;
     for (let i = 0; i < max; i++) {
       const pos = pending + i;
