@@ -516,7 +516,7 @@ function refuseBelowFloor(input: PlanInput, chunk: number): void {
     maxContext > 0 ? `at this budget the context could be at most ${maxContext} tokens (--context ${maxContext})` : "no context length fits this budget",
     ...(parallelOf(input) > 1 ? [`${parallelOf(input)} parallel sessions: at most ${maxParallelAt(input, chunk)} fit this budget (--parallel)`] : []),
     ...((input.prefixCacheBytes ?? 0) > 0 ? [prefixCacheLimit(input, chunk)] : []),
-    ...(input.draft ? [`the draft ${input.draft.name} takes ${gib(sum(draftItems(input.draft, parallelOf(input))))} (--draft none: without it)`] : []),
+    ...(input.draft ? [`the draft ${input.draft.name} takes ${formatBytes(sum(draftItems(input.draft, parallelOf(input))))} (--draft none: without it)`] : []),
   ]);
 }
 

@@ -125,8 +125,6 @@ export class DraftModel implements TapSink {
       const p = seg.pos0;
       const m = seg.ids.length;
       const W = ds.window;
-      if (ds.rows > p) ds.rows = p; // chain rows past p were a proposal's scratch
-      ds.storeEnd = Math.min(ds.storeEnd, p); // stored rows from p on are rewritten now
       const keepFrom = Math.max(p + m - W, 0); // the first position the ring keeps after this pass
       // Rows before this pass that would leave the ring (or that it cannot reach: a gap before p).
       this.catchUp(ds, seg.state.history, Math.min(keepFrom, p));
