@@ -33,6 +33,7 @@ import { Generation, passCostPrior, peakRssBytes } from "./engine/generation.ts"
 import { openStreaming, sizeEngine } from "./engine/open.ts";
 import { openDraft } from "./engine/draft.ts";
 import type { DraftModel } from "./model/draft.ts";
+import { MODEL_DRAFTER } from "./engine/model-drafter.ts";
 import { Passes } from "./engine/passes.ts";
 import { Session } from "./engine/session.ts";
 import { computeThreads, type ComputeThreads } from "./engine/threads.ts";
@@ -50,6 +51,8 @@ export { CLOSE_THINK_OPEN_RESPONSE, renderChat, segmentsToIds, SERVED_DEFAULT_TH
 export { AssistantStreamParser, parseAssistantOutput, type AssistantOutput, type ParsedToolCall } from "./text/chat-parse.ts";
 export { createSampler, uniformAt, type Sampler, type SamplerOptions } from "./text/sampling.ts";
 export { parseSpeculate, type SpeculateSetting, type SpeculationCounters } from "./speculate/speculator.ts";
+/** Drafts per verify pass `--speculate auto` has room for at most. */
+export { DEFAULT_MAX_DRAFTS } from "./model/buffers.ts";
 export type { Draft, Drafter, DraftRequest } from "./speculate/drafter.ts";
 export { StopMatcher } from "./text/stop.ts";
 export { deeperThan, MAX_JSON_DEPTH } from "./text/json-depth.ts";
@@ -187,6 +190,21 @@ export interface GenerateOptions {
   batched?: boolean;
 }
 
+/** The draft model an engine holds (EngineOptions.draft), as stats and /v1/models name it. */
+export interface DraftInfo {
+  /** Its folder's name (a Hugging Face download: the repo id). */
+  name: string;
+  dir: string;
+  /** "eagle3" or "eagle3.1". */
+  variant: string;
+  /** Its weights: "bf16" as released, or a pack's "int8" / "int4". */
+  format: "bf16" | "int8" | "int4";
+  /** One-based completed layers of the target it reads. */
+  captureLayers: number[];
+  /** Whether it reads the target's embedding rows (its own table equals them) or keeps its own. */
+  sharedEmbedding: boolean;
+}
+
 export interface GenerationStats {
   promptTokens: number;
   generatedTokens: number;
@@ -210,6 +228,10 @@ export interface GenerationStats {
   ioPerToken: { bytesRead: number; trunkBytes: number; expertBytes: number; reads: number; hits: number; requests: number };
   /** Drafted / accepted tokens and verify passes (all 0 with speculation off). */
   speculation: SpeculationCounters;
+  /** The same per drafter that drafted ("ngram", "model", or a caller's drafter by its name). */
+  drafters: Record<string, SpeculationCounters>;
+  /** The engine's draft model (undefined without one). */
+  draft?: DraftInfo;
   peakRssBytes: number;
   /** Which trunk produced it: the release's (bf16, exact) or a packed one (lossy). */
   trunk: TrunkFormat;
@@ -247,6 +269,11 @@ export class Engine {
     return this.passes.parallel;
   }
 
+  /** The draft model (EngineOptions.draft), or undefined. */
+  get draft(): DraftInfo | undefined {
+    return this.passes.draft?.info;
+  }
+
   /** Tokens per prefill pass (EngineOptions.chunk, else the planner's choice). */
   get prefillChunk(): number {
     return this.passes.model.chunk;
@@ -257,9 +284,11 @@ export class Engine {
     return this.passes.model.drafts;
   }
 
-  /** Who drafts for speculation (none when the engine does not speculate). */
+  /** Who drafts for speculation (none when the engine does not speculate): the n-gram drafter,
+   *  and the model drafter when a draft model is loaded (--draft). */
   get drafters(): string[] {
-    return this.maxDrafts > 0 ? ["ngram"] : [];
+    if (this.maxDrafts === 0) return [];
+    return this.passes.draft ? ["ngram", MODEL_DRAFTER] : ["ngram"];
   }
 
   private genDefaults?: GenerationDefaults;
@@ -499,16 +528,16 @@ export class Engine {
    * emitted token is kept pending and fed first next time). src/engine/generation.ts has the loop.
    */
   *generate(session: Session, prompt: number[], opts: GenerateOptions): Generator<TokenEvent, GenerationStats> {
-    const setup = { speculate: this.speculate, trunk: this.trunk, costPrior: () => passCostPrior(this.config, this.checkpoint.layout.census, this.plan) };
+    const setup = { speculate: this.speculate, trunk: this.trunk, costPrior: () => passCostPrior(this.config, this.checkpoint.layout.census, this.plan), draft: this.draft };
     return yield* new Generation(this.passes, setup, session, prompt, opts).run();
   }
 
   /** Counters since open (bytes read, reads, hits, direct I/O, per device), the compute threads
    *  (how many, of how many hardware threads, and the pool's limit: the default stops there), the
-   *  I/O threads of each device's queue, and the time since open. */
-  stats(): WeightStats & ComputeThreads & { peakRssBytes: number; ioThreads: number; trunk: TrunkFormat; uptimeMs: number } {
+   *  I/O threads of each device's queue, the time since open, and the draft model (--draft). */
+  stats(): WeightStats & ComputeThreads & { peakRssBytes: number; ioThreads: number; trunk: TrunkFormat; uptimeMs: number; draft?: DraftInfo } {
     const weights = this.passes.weights;
-    return { ...weights.stats(), peakRssBytes: peakRssBytes(), ...this.pool, ioThreads: weights.ioThreads ?? 0, trunk: this.trunk, uptimeMs: performance.now() - this.openedAt };
+    return { ...weights.stats(), peakRssBytes: peakRssBytes(), ...this.pool, ioThreads: weights.ioThreads ?? 0, trunk: this.trunk, uptimeMs: performance.now() - this.openedAt, draft: this.draft };
   }
 
   /** When the engine finished opening (performance.now()): devices' busy fractions are of the time since. */

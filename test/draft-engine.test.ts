@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { openCheckpoint } from "../src/checkpoint/catalogue.ts";
 import { openDraftCheckpoint } from "../src/checkpoint/draft.ts";
 import { createSampler, Engine, packTrunk, type EngineOptions, type GenerateOptions, type GenerationStats, type Session } from "../src/engine.ts";
-import { prepareDraft } from "../src/engine/draft.ts";
+import { checkDraft } from "../src/engine/draft.ts";
 import { loadKernels } from "../src/kernels.ts";
 import { releasedDraftSources } from "../src/memory/draft-plan.ts";
 import { floorBytes, planInputFromCensus } from "../src/memory/plan.ts";
@@ -185,7 +185,7 @@ function runEngine(open: EngineOptions, gen: Partial<GenerateOptions> = {}): Run
 /** The floor with the draft held (the plan counts it; verify passes of up to `drafts`), and budgets above it. */
 function budgets(drafts = K): number[] {
   const ck = openCheckpoint(targetDir);
-  const draft = prepareDraft(k, ck, draftDir, 256, drafts).plan;
+  const draft = checkDraft(k, ck, draftDir, 256, drafts).plan;
   const input = planInputFromCensus(ck.config, ck.layout.census, 0, 256, 1, 32, streamSlots(ck), drafts, { draft });
   const floor = floorBytes(input, 32);
   const c = ck.layout.census;

@@ -12,7 +12,7 @@ import { NgramDrafter } from "../speculate/ngram.ts";
 import { parseSpeculate, Speculator, type DrafterSlot, type Proposal, type SpeculateSetting } from "../speculate/speculator.ts";
 import { ModelDrafter } from "./model-drafter.ts";
 import { VerifyStep } from "./verify-step.ts";
-import type { GenerateOptions, GenerationStats, TokenEvent } from "../engine.ts";
+import type { DraftInfo, GenerateOptions, GenerationStats, TokenEvent } from "../engine.ts";
 import { WAIT_EVENT, type Passes } from "./passes.ts";
 import { replyStats } from "./reply-stats.ts";
 import type { Session } from "./session.ts";
@@ -24,6 +24,8 @@ export interface GenerationSetup {
   trunk: TrunkFormat;
   /** What a one-position decode pass is expected to read, before any is measured (passCostPrior). */
   costPrior: () => PassCostPrior;
+  /** The engine's draft model, for the stats. */
+  draft?: DraftInfo;
 }
 
 export class Generation {
@@ -238,6 +240,8 @@ export class Generation {
         // Per token decided by a decode pass: one per pass, plus the accepted drafts that were used.
         decodedTokens: this.decodeSteps + this.extraTokens,
         speculation: this.spec ? { ...this.spec.counters } : { draftedTokens: 0, acceptedTokens: 0, verifyPasses: 0 },
+        drafters: this.spec ? structuredClone(this.spec.byDrafter) : {},
+        draft: this.setup.draft,
         peakRssBytes: peakRssBytes(),
         trunk: this.setup.trunk,
       },

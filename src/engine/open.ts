@@ -13,7 +13,8 @@ import { loadChecksums } from "../memory/verify.ts";
 import { findMirrorCopies, type MirrorCopies } from "../memory/mirrors.ts";
 import { HEDGE_BUFFERS } from "../memory/reader.ts";
 import { autoDrafts, DEFAULT_MAX_DRAFTS } from "../model/buffers.ts";
-import { prepareDraft, wantsDraft, type DraftSetup } from "./draft.ts";
+import type { DraftSetup } from "../memory/draft-plan.ts";
+import { checkDraft, wantsDraft } from "./draft.ts";
 import { parseSpeculate, type SpeculateSetting } from "../speculate/speculator.ts";
 import type { EngineOptions } from "../engine.ts";
 
@@ -96,7 +97,7 @@ function draftFor(k: Kernels, checkpoint: Checkpoint, dir: string, context: numb
   if (parallel > 1 && speculate === "auto")
     throw new K3Error("USAGE", `--draft ${dir} with --parallel ${parallel}: generations batched with others do not speculate, so the draft would never run`, ["use --parallel 1 with a draft (batched speculation is not implemented yet)"]);
   // The taps ring is sized for the most drafts a pass may verify: N, or --speculate auto's maximum.
-  return prepareDraft(k, checkpoint, dir, context, typeof speculate === "number" ? speculate : DEFAULT_MAX_DRAFTS);
+  return checkDraft(k, checkpoint, dir, context, typeof speculate === "number" ? speculate : DEFAULT_MAX_DRAFTS);
 }
 
 /** With several sessions per pass batched generation does not speculate (batchedMaySpeculate):

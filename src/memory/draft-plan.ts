@@ -9,7 +9,11 @@
 // pins, i.e. X more bytes read per pass, while streaming it reads ≥ X per pass in which it drafts
 // (and its refill matrices every pass). So resident is never worse whenever the draft runs at
 // all; the planner's choice is the format (the smallest pack there is) and whether it fits.
-import type { DraftCheckpoint } from "../checkpoint/draft.ts";
+import { openDraftCheckpoint, sameEmbedding, type DraftCheckpoint } from "../checkpoint/draft.ts";
+import { ropeFrequencies } from "../checkpoint/draft-rope.ts";
+import type { ModelConfig, TensorEntry } from "../checkpoint/types.ts";
+import { K3Error } from "../errors.ts";
+import { kernelLimits, loadKernels, type Kernels } from "../kernels.ts";
 import { allocationBytes } from "../model/cmem.ts";
 import { draftScratchBytes, draftStateBytes, DRAFT_REFILL_ROWS } from "../model/buffers.ts";
 import type { DraftTensorSource } from "../model/weights.ts";
@@ -55,4 +59,33 @@ export function draftPlanInput(ck: DraftCheckpoint, o: { context: number; drafts
     taps: d.captureLayers.length,
     sharedEmbedding: o.sharedEmbedding,
   };
+}
+
+export interface DraftSetup {
+  checkpoint: DraftCheckpoint;
+  /** The draft reads the target's embedding rows (its own table equals the target's, sampled). */
+  sharedEmbedding: boolean;
+  sources: DraftTensorSource[];
+  plan: DraftPlanInput;
+}
+
+/**
+ * Check the draft folder against the target: its config and every tensor (src/checkpoint/draft.ts),
+ * the context it must reach (its max_position_embeddings, its RoPE's angle limit in the kernels),
+ * and whether it shares the target's embedding (`targetEmbed`: EMBED_SAMPLE_ROWS rows of each table
+ * compared, the only weight bytes read before the plan; undefined — release metadata without
+ * weights — plans it shared). `drafts`: the most drafts a verify pass may check.
+ */
+export function prepareDraft(target: ModelConfig, targetEmbed: TensorEntry | undefined, dir: string, context: number, drafts: number, k: Kernels = loadKernels()): DraftSetup {
+  const ck = openDraftCheckpoint(dir, target);
+  const d = ck.config;
+  if (context > d.maxPositions)
+    throw new K3Error("USAGE", `--context ${context} is more than the draft's max_position_embeddings (${d.maxPositions}, ${ck.dir})`, [`use --context ${d.maxPositions} or less, or another draft`]);
+  const limit = kernelLimits(k).ropeAngle;
+  const top = Math.max(...ropeFrequencies(d)) * (context - 1);
+  if (!(top < limit)) throw new K3Error("USAGE", `the draft's RoPE cannot reach position ${context - 1} (angle ${top.toFixed(0)} rad ≥ the kernels' ${limit})`, ["use a smaller --context"]);
+  const sharedEmbedding = !ck.embed || targetEmbed === undefined || sameEmbedding(ck.embed, targetEmbed);
+  const sources = releasedDraftSources(ck);
+  const plan = draftPlanInput(ck, { context, drafts, sharedEmbedding, sources, format: "bf16" });
+  return { checkpoint: ck, sharedEmbedding, sources, plan };
 }

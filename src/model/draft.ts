@@ -23,7 +23,7 @@ import type { ModelConfig } from "../checkpoint/types.ts";
 import { K3Error } from "../errors.ts";
 import { K3_STATUS, type Kernels } from "../kernels.ts";
 import { at, CBuffers, type Addr } from "./cmem.ts";
-import { ropeAmplitude, ropeFrequencies, softmaxScale } from "./draft-math.ts";
+import { ropeAmplitude, ropeFrequencies, softmaxScale } from "../checkpoint/draft-rope.ts";
 import { checkShape, matmulRows } from "./matmul.ts";
 import { allocDraftBuffers, DRAFT_REFILL_ROWS, draftRowFloats, draftWindow, type DraftBuffers } from "./buffers.ts";
 import { DraftState } from "./draft-state.ts";
@@ -103,6 +103,11 @@ export class DraftModel implements TapSink {
   /** C memory of the draft's scratch (weights and sessions report their own). */
   get allocatedBytes(): number {
     return this.mem.totalBytes;
+  }
+
+  /** What stats and /v1/models say about it. */
+  get info(): { name: string; dir: string; variant: string; format: "bf16" | "int8" | "int4"; captureLayers: number[]; sharedEmbedding: boolean } {
+    return { name: this.checkpoint.name, dir: this.checkpoint.dir, variant: this.cfg.variant, format: this.w.format, captureLayers: [...this.cfg.captureLayers], sharedEmbedding: !this.w.hasOwnEmbedding };
   }
 
   /** C memory of its weights (what one draft step multiplies, its own embedding table aside). */

@@ -5,8 +5,8 @@
 // threads and exact read-plan buffer sizes); from metadata the release's layout is assumed.
 import { K3Error } from "../../errors.ts";
 import { formatRanges } from "../../format.ts";
-import { catalogueFromMetadata, contextFor, HEDGE_BUFFERS, DEFAULT_CONTEXT, defaultPrefixCacheBytes, gib, openCheckpointCached, parseSize, planInputFromCensus, planMemory, PRESETS, REFERENCE_PROMPT, resolveBudget, metadataTrunkSlots, trunkSlots, TRUNK_FORMATS, type TrunkFormat, type MemoryPlan } from "../../inspect.ts";
-import { defaultThreads, engineLimits } from "../../engine.ts";
+import { catalogueFromMetadata, HEDGE_BUFFERS, LM_MODEL_PREFIX, prepareDraft, type TensorEntry, contextFor, DEFAULT_CONTEXT, defaultPrefixCacheBytes, gib, openCheckpointCached, parseSize, planInputFromCensus, planMemory, PRESETS, REFERENCE_PROMPT, resolveBudget, metadataTrunkSlots, trunkSlots, TRUNK_FORMATS, type TrunkFormat, type MemoryPlan } from "../../inspect.ts";
+import { DEFAULT_MAX_DRAFTS, defaultThreads, engineLimits, parseSpeculate } from "../../engine.ts";
 import { snakeKeys } from "../../report.ts";
 import { repeatedValues } from "../args.ts";
 import { defineCommand } from "../command.ts";
@@ -87,6 +87,8 @@ export default defineCommand({
     chunk: { type: "string", valueHint: "N", description: "prefill chunk in tokens (default: the planner's choice)" },
     prompt: { type: "string", valueHint: "N", description: `prompt length the chunk is chosen for (default ${REFERENCE_PROMPT})` },
     mirror: { type: "string", valueHint: "DIR", description: "as k3 run --mirror (repeatable): the plan then holds the hedge buffers" },
+    draft: { type: "string", valueHint: "DIR|none", description: "a draft model folder (--draft of run/chat/serve): its weights, per-session state and scratch join the plan" },
+    speculate: { type: "string", valueHint: "MODE", description: "speculation the engine would run (auto | off | N drafts per pass; default auto): sizes the verify buffers" },
     json: { type: "boolean", default: false, description: "print the plan as JSON" },
   },
   help: {
@@ -111,9 +113,11 @@ export default defineCommand({
     const source = folderOrMetadata(args, "plan");
     let cfg, census, slots, model: string;
     let note = "";
+    let embed: TensorEntry | undefined;
     if ("dir" in source) {
       const ck = openCheckpointCached(source.dir);
       cfg = ck.config;
+      embed = ck.tensors.get(`${LM_MODEL_PREFIX}embed_tokens.weight`);
       census = ck.layout.census;
       // The buffers the engine will allocate for this layout and trunk, exactly.
       const t = trunkSlots(ck, trunk);
@@ -128,7 +132,11 @@ export default defineCommand({
       model = `${source.config} + ${source.index}`;
     }
     const context = contextFor(cfg, requestedContext);
-    const input = planInputFromCensus(cfg, census, budget.bytes, context, threads, chunk, slots);
+    const speculate = parseSpeculate(args.speculate ?? "auto", "--speculate");
+    // As the engine opens it: no verify buffers with speculation off, N with --speculate N.
+    const drafts = speculate === "off" ? 0 : typeof speculate === "number" ? speculate : undefined;
+    const draft = args.draft !== undefined && args.draft !== "none" ? prepareDraft(cfg, embed, args.draft, context, drafts ?? DEFAULT_MAX_DRAFTS).plan : undefined;
+    const input = planInputFromCensus(cfg, census, budget.bytes, context, threads, chunk, slots, drafts, { draft });
     input.promptTokens = prompt;
     input.parallel = parallel;
     const ram = args["prefix-cache-ram"];

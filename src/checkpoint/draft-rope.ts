@@ -1,10 +1,10 @@
-// The draft's rotary embedding and attention scale from its config (DRAFTERS.md §3.3): plain RoPE
+// The draft's rotary embedding and attention scale, derived once from its config (DRAFTERS.md §3.3): plain RoPE
 // (ω_i = θ^(−2i/d)) or DeepSeek-YaRN (low pairs keep ω, high pairs are divided by the factor, a
 // linear ramp between), the cos/sin amplitude yarn_mscale(s, mscale)/yarn_mscale(s, mscale_all_dim)
 // and the softmax scale (d_n + d_r)^(−1/2) · yarn_mscale(s, mscale_all_dim)². The frequencies are
 // computed here in double once per engine and handed to k3_rope_interleaved, which forms the angles
 // and their sine and cosine itself (the library's own, the same bits everywhere).
-import type { DraftConfig } from "../checkpoint/draft-config.ts";
+import type { DraftConfig } from "./draft-config.ts";
 
 /** DeepSeek's yarn_get_mscale: 0.1·m·ln s + 1 for s > 1, else 1. */
 export function yarnMscale(scale: number, m: number): number {
