@@ -210,7 +210,9 @@ export class Generation {
     if (this.opts.drafter) return [{ drafter: this.opts.drafter, stepCost: 0 }];
     const slots: DrafterSlot[] = [{ drafter: new NgramDrafter(), stepCost: 0 }];
     const draft = this.p.draft;
-    if (draft) slots.push({ drafter: new ModelDrafter(draft, this.session.state), stepCost: cost.computeCost(draft.weightBytes), firstDrafts: 1 });
+    const sampler = this.opts.sampler;
+    const pick = sampler && ((logits: Float32Array, position: number) => sampler.sample(logits, position));
+    if (draft) slots.push({ drafter: new ModelDrafter(draft, this.session.state, pick), stepCost: cost.computeCost(draft.weightBytes), firstDrafts: 1 });
     return slots;
   }
 

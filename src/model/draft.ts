@@ -281,8 +281,12 @@ export class DraftModel implements TapSink {
    * Up to `max` drafts after the session's pending token `token` (the one the next pass feeds, at
    * position state.pos). Empty when the draft has no taps for the position before it (a session
    * restored from a snapshot drafts after its first pass). `logits`: copy each step's logits.
+   * `pick(logits, position)`: the draft token of a step from its logits, for the token at
+   * `position` — default the argmax (lowest id on ties); a seeded sampler applied to the draft's
+   * logits with the target's random number of that position proposes what the target would draw
+   * if its distribution were the draft's (docs/DRAFT.md "Sampled drafts").
    */
-  propose(state: SessionState, token: number, max: number, opts: { logits?: boolean } = {}): Proposal {
+  propose(state: SessionState, token: number, max: number, opts: { logits?: boolean; pick?: (logits: Float32Array, position: number) => number } = {}): Proposal {
     const ds = state.draft;
     const out: Proposal = { tokens: [], logits: [] };
     if (!ds || max < 1 || state.pos < 1) return out;
@@ -296,9 +300,11 @@ export class DraftModel implements TapSink {
     for (let i = 0; i < max; i++) {
       const pos = pending + i;
       if (pos + 1 > this.context) break;
-      const d = this.step(ds, tok, pos);
+      const best = this.step(ds, tok, pos);
       if (i === 0) ds.rows = pending + 1;
-      if (d < 0) break; // non-finite draft logits: no draft from here (the target decides every token anyway)
+      if (best < 0) break; // non-finite draft logits: no draft from here (the target decides every token anyway)
+      // The step at `pos` predicts the token at pos + 2 (its row pairs the hidden of pos with the token of pos + 1).
+      const d = opts.pick ? opts.pick(this.logitsView, pos + 2) : best;
       out.tokens.push(d);
       if (opts.logits) out.logits.push(this.logitsView.slice());
       tok = d;
