@@ -32,6 +32,8 @@ import type { WeightProvider, WeightStats } from "./model/weights.ts";
 import { Generation, passCostPrior, peakRssBytes } from "./engine/generation.ts";
 import { openStreaming, sizeEngine } from "./engine/open.ts";
 import { openDraft } from "./engine/draft.ts";
+import { openDraftCheckpoint } from "./checkpoint/draft.ts";
+import { writeDraftPack, type DraftPackResult } from "./memory/draft-pack.ts";
 import type { DraftModel } from "./model/draft.ts";
 import { MODEL_DRAFTER } from "./engine/model-drafter.ts";
 import { Passes } from "./engine/passes.ts";
@@ -142,6 +144,9 @@ export interface EngineOptions {
    * counts it). "none" or undefined: no draft. Output is identical either way.
    */
   draft?: string;
+  /** The draft's weights: "auto" (default: the format whose plan reads the fewest bytes per token,
+   *  among the released bf16 and the packs `k3 pack DRAFT --draft int8|int4` made), or one of them. */
+  draftFormat?: "auto" | "bf16" | "int8" | "int4";
 }
 
 export interface TokenEvent {
@@ -560,6 +565,16 @@ export class Engine {
  */
 export function verifyModel(dir: string, opts: { record?: boolean; onProgress?: (done: number, total: number) => void } = {}): VerifyResult {
   return verifyCheckpoint(loadKernels(), openCheckpoint(dir), opts);
+}
+
+/**
+ * `k3 pack DRAFT --draft int8|int4`: write a packed copy of a draft model (its matrices in the
+ * compact trunk's int8/int4 groups, the rest exact) next to it or in k3's cache folder
+ * (src/memory/draft-pack.ts). Engines use it when its plan reads fewer bytes (EngineOptions.draftFormat).
+ */
+export function packDraft(dir: string, format: "int8" | "int4", onProgress?: (doneBytes: number, totalBytes: number) => void): DraftPackResult {
+  if (format !== "int8" && format !== "int4") throw new K3Error("USAGE", `--draft must be int8 or int4 to pack, got ${JSON.stringify(format)}`);
+  return writeDraftPack(loadKernels(), openDraftCheckpoint(dir), format, onProgress);
 }
 
 /**

@@ -78,8 +78,9 @@ function formatBSigns(names: string[]): string[] {
   return names.filter((n) => n.startsWith("model.") || n === "d2t" || n === "t2d" || n.endsWith("self_attn.g_proj.weight"));
 }
 
-/** Open and check a draft folder for `target` (its config): no weight is read. */
-export function openDraftCheckpoint(path: string, target: ModelConfig): DraftCheckpoint {
+/** Open and check a draft folder for `target` (its config; without one, the draft alone, as
+ *  `k3 pack --draft` needs it): no weight is read. */
+export function openDraftCheckpoint(path: string, target?: ModelConfig): DraftCheckpoint {
   const folder = resolveModelFolder(path);
   const dir = folder.dir;
   const configPath = join(dir, "config.json");
@@ -96,18 +97,18 @@ export function openDraftCheckpoint(path: string, target: ModelConfig): DraftChe
     ]);
   const fcNorm = names.some((n) => /^fc_norm\.\d+\.weight$/.test(n));
   const config = readDraftConfig(configPath, fcNorm);
-  checkDraftFitsTarget(config, target, configPath);
+  if (target) checkDraftFitsTarget(config, target, configPath);
   const tensors = new Map<string, TensorEntry>();
   for (const t of header.tensors)
     tensors.set(t.name, { name: t.name, file, offset: header.dataStart + t.begin, bytes: t.end - t.begin, dtype: t.dtype as TensorEntry["dtype"], shape: t.shape });
-  checkRoster(file, config, tensors, target);
+  checkRoster(file, config, tensors, target ?? { vocab: config.vocab, hidden: config.hidden });
   const embed = tensors.get(EMBED);
   tensors.delete(EMBED);
   return { dir, name: folder.name, file, fileBytes: header.fileBytes, headerHash: header.headerHash, config, tensors, embed };
 }
 
 /** Every tensor the config implies, with its shape, in BF16; nothing else (an optional embedding). */
-function checkRoster(file: string, d: DraftConfig, tensors: Map<string, TensorEntry>, target: ModelConfig): void {
+function checkRoster(file: string, d: DraftConfig, tensors: Map<string, TensorEntry>, target: Pick<ModelConfig, "vocab" | "hidden">): void {
   const want = draftTensorShapes(d);
   const problems: string[] = [];
   for (const [name, shape] of want) {

@@ -24,7 +24,7 @@ export function checkDraft(k: Kernels, target: Checkpoint, dir: string, context:
 /** The draft loaded (its tensors read resident) on the target's weights; the caller owns it. */
 export function openDraft(k: Kernels, setup: DraftSetup, target: ModelConfig, targetWeights: WeightProvider, context: number, drafts: number): DraftModel {
   const own = setup.sharedEmbedding ? undefined : setup.checkpoint.embed;
-  const w = new DraftWeights(k, setup.sources, own);
+  const w = new DraftWeights(k, setup.sources, own, setup.crcs);
   try {
     const embed = own ? (id: number, dst: Addr) => w.embedRow(id, dst) : (id: number, dst: Addr) => targetWeights.embedRow(id, dst);
     return new DraftModel(k, target, setup.checkpoint, w, embed, context, drafts);

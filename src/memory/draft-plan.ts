@@ -17,13 +17,14 @@ import { kernelLimits, loadKernels, type Kernels } from "../kernels.ts";
 import { allocationBytes } from "../model/cmem.ts";
 import { draftScratchBytes, draftStateBytes, DRAFT_REFILL_ROWS } from "../model/buffers.ts";
 import type { DraftTensorSource } from "../model/weights.ts";
+import { loadDraftPack, type DraftFormat } from "./draft-pack.ts";
 
 /** The draft's items for the planner (src/memory/plan.ts sums them as fixed items). */
 export interface DraftPlanInput {
   /** How plans and stats name it: its folder's name (or repo id), variant and format. */
   name: string;
   variant: string;
-  format: "bf16" | "int8" | "int4";
+  format: DraftFormat;
   /** Resident weights (and the draft's own embedding when not shared), as allocated. */
   weightBytes: number;
   /** One session's draft state. */
@@ -65,8 +66,23 @@ export interface DraftSetup {
   checkpoint: DraftCheckpoint;
   /** The draft reads the target's embedding rows (its own table equals the target's, sampled). */
   sharedEmbedding: boolean;
+  format: DraftFormat;
   sources: DraftTensorSource[];
+  /** CRC-32C of each tensor as packed (a pack's; none for the released file). */
+  crcs?: Record<string, number>;
   plan: DraftPlanInput;
+  /** The settings it was planned at. */
+  context: number;
+  drafts: number;
+}
+
+/** The same draft in another format: a pack of it (src/memory/draft-pack.ts), refused when none was made. */
+export function draftInFormat(setup: DraftSetup, format: DraftFormat): DraftSetup {
+  if (format === setup.format) return setup;
+  const ck = setup.checkpoint;
+  const pack = format === "bf16" ? { tensors: releasedDraftSources(ck), crcs: undefined } : loadDraftPack(ck, format);
+  const plan = draftPlanInput(ck, { context: setup.context, drafts: setup.drafts, sharedEmbedding: setup.sharedEmbedding, sources: pack.tensors, format });
+  return { ...setup, format, sources: pack.tensors, crcs: pack.crcs, plan };
 }
 
 /**
@@ -87,5 +103,5 @@ export function prepareDraft(target: ModelConfig, targetEmbed: TensorEntry | und
   const sharedEmbedding = !ck.embed || targetEmbed === undefined || sameEmbedding(ck.embed, targetEmbed);
   const sources = releasedDraftSources(ck);
   const plan = draftPlanInput(ck, { context, drafts, sharedEmbedding, sources, format: "bf16" });
-  return { checkpoint: ck, sharedEmbedding, sources, plan };
+  return { checkpoint: ck, sharedEmbedding, format: "bf16", sources, plan, context, drafts };
 }

@@ -25,10 +25,17 @@ export class DraftWeights {
     sources: DraftTensorSource[],
     /** The draft's own embedding table, when it does not share the target's. */
     ownEmbedding?: TensorEntry,
+    /** CRC-32C each tensor (and `name:scales`) must have as read: a pack's table; none for the released file. */
+    crcs?: Record<string, number>,
   ) {
     this.mem = new CBuffers(k);
     let read = 0;
     const fds = new Map<string, number>();
+    const check = (key: string, file: string, ptr: Addr, bytes: number) => {
+      const want = crcs?.[key];
+      if (want !== undefined && k.k3_crc32c(0, ptr, bytes) !== want)
+        throw new K3Error("CHECKPOINT", `${file}: ${key} fails its checksum (the packed draft is damaged)`, ["make it again: k3 pack DRAFT_DIR --draft int8|int4"]);
+    };
     const fill = (file: string, ptr: Addr, bytes: number, offset: number, what: string) => {
       let fd = fds.get(file);
       if (fd === undefined) fds.set(file, (fd = openSync(file, "r")));
@@ -45,10 +52,12 @@ export class DraftWeights {
       for (const t of all) {
         const buf = this.mem.alloc(t.bytes, `draft ${t.name}`);
         fill(t.file, buf.ptr, t.bytes, t.offset, `draft tensor ${t.name}`);
+        check(t.name, t.file, buf.ptr, t.bytes);
         let scales: Addr | undefined;
         if ("scales" in t && t.scales) {
           const sb = this.mem.alloc(t.scales.bytes, `draft ${t.name} scales`);
           fill(t.file, sb.ptr, t.scales.bytes, t.scales.offset, `draft tensor ${t.name}'s scales`);
+          check(`${t.name}:scales`, t.file, sb.ptr, t.scales.bytes);
           scales = sb.ptr;
         }
         this.refs.set(t.name, { name: `draft ${t.name}`, ptr: buf.ptr, dtype: t.dtype, shape: t.shape, bytes: t.bytes, scales });
