@@ -186,6 +186,14 @@ export interface GenerateOptions {
    *  for is refused (K3Error USAGE) before the session is touched. */
   drafter?: Drafter;
   /**
+   * How a sampled generation's drafts are kept. "exact" (default): a draft is kept when it equals
+   * the token the target draws at its position (the sampling contract: seeded output is the
+   * non-speculative output). "rejection" (opt-in): the speculative-sampling rule min(1, p/q) with
+   * the draft model's q (docs/SPECULATION.md §4b): the same distribution of output, more drafts
+   * kept, but NOT the same ids as without speculation for a seed. Greedy generation ignores it.
+   */
+  acceptRule?: "exact" | "rejection";
+  /**
    * Run every forward pass through the engine's batch scheduler, together with the other batched
    * generations (src/batch/scheduler.ts). The generator then yields `wait` events: the caller
    * awaits `engine.turn()` and calls next() again. Output is bit-identical to an unbatched run.

@@ -239,6 +239,17 @@ describe("greedy output never depends on the draft", () => {
     }
   });
 
+  test("the opt-in rejection rule: reproducible for a seed, the model drafter draws from q; exact match stays the default", () => {
+    const gen = (rule: "exact" | "rejection" | undefined) =>
+      runEngine({ chunk: 32, speculate: K, draft: draftDir }, { sampler: createSampler({ temperature: 0.8, seed: 4 }), ...(rule ? { acceptRule: rule } : {}) });
+    const a = gen("rejection");
+    const b = gen("rejection");
+    expect(a.ids).toEqual(b.ids);
+    expect(a.stats.drafters.model!.draftedTokens).toBeGreaterThan(0);
+    expect(gen(undefined).ids).toEqual(gen("exact").ids);
+    expect(() => runEngine({ chunk: 32 }, { acceptRule: "sometimes" as never })).toThrow(/acceptRule must be "exact" or "rejection"/);
+  });
+
   test("a session saved mid-speculation and loaded continues as plain decoding; it drafts again after its first pass", () => {
     const e = Engine.open(targetDir, { context: 256, threads: 1, chunk: 32, speculate: K, draft: draftDir });
     const path = join(scratchDir("draft-mid"), "mid.k3session");

@@ -10,6 +10,7 @@ import { diffStats, zeroStats, type WeightStats } from "../model/weights.ts";
 import { SpeculationCost, type PassCostPrior } from "../speculate/cost.ts";
 import { NgramDrafter } from "../speculate/ngram.ts";
 import { parseSpeculate, Speculator, type DrafterSlot, type Proposal, type SpeculateSetting } from "../speculate/speculator.ts";
+import type { RejectionSampler } from "../speculate/reject.ts";
 import { ModelDrafter } from "./model-drafter.ts";
 import { VerifyStep } from "./verify-step.ts";
 import type { DraftInfo, GenerateOptions, GenerationStats, TokenEvent } from "../engine.ts";
@@ -70,6 +71,8 @@ export class Generation {
     // A request asking for more drafts than the engine has room for is refused. Batched
     // generations speculate only where a verify pass cannot hold up others (batchedMaySpeculate);
     // elsewhere a request's setting has no effect, and is not checked.
+    if (opts.acceptRule !== undefined && opts.acceptRule !== "exact" && opts.acceptRule !== "rejection")
+      throw new K3Error("USAGE", `acceptRule must be "exact" or "rejection", got ${JSON.stringify(opts.acceptRule)}`);
     this.spec = this.batched && !batchedMaySpeculate(p.parallel) ? undefined : this.speculator();
   }
 
@@ -173,7 +176,7 @@ export class Generation {
     this.step = undefined;
     if (draft.tokens.length === 0) this.logits = (yield* p.pass(session, session.pending.splice(0), true, "decode", this.batched, this.acc))!;
     else {
-      const step = yield* VerifyStep.run(p, session, draft, (row, i, position) => this.pick(row, this.generated + i, position), this.batched, this.acc);
+      const step = yield* VerifyStep.run(p, session, draft, (row, i, position) => this.pick(row, this.generated + i, position), this.batched, this.acc, this.rejection());
       this.traced = step.pos0;
       this.step = step;
       accepted = step.accepted;
@@ -212,8 +215,16 @@ export class Generation {
     const draft = this.p.draft;
     const sampler = this.opts.sampler;
     const pick = sampler && ((logits: Float32Array, position: number) => sampler.sample(logits, position));
-    if (draft) slots.push({ drafter: new ModelDrafter(draft, this.session.state, pick), stepCost: cost.computeCost(draft.weightBytes), firstDrafts: 1 });
+    if (draft) slots.push({ drafter: new ModelDrafter(draft, this.session.state, pick, this.rejection()), stepCost: cost.computeCost(draft.weightBytes), firstDrafts: 1 });
     return slots;
+  }
+
+  /** The opt-in rejection rule's sampler (GenerateOptions.acceptRule "rejection" with a sampler
+   *  that exposes its weights), else undefined: exact match. */
+  private rejection(): RejectionSampler | undefined {
+    const s = this.opts.sampler;
+    if (this.opts.acceptRule !== "rejection" || !s?.weights || !s.uniform) return undefined;
+    return { sample: (l, p) => s.sample(l, p), weights: (l) => s.weights!(l), uniform: (p, st) => s.uniform!(p, st) };
   }
 
   /** The token at absolute `position` from the logits that predict it: checked finite first (never

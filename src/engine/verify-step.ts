@@ -10,6 +10,7 @@
 // verdict, how far it has been kept), so several sessions' steps could share one batched pass
 // later (issue 27) without any state outside them.
 import { verifyDrafts } from "../speculate/accept.ts";
+import { rejectDrafts, type RejectionSampler } from "../speculate/reject.ts";
 import { checkDraft, type Proposal } from "../speculate/speculator.ts";
 import type { TokenEvent } from "../engine.ts";
 import type { WeightStats } from "../model/weights.ts";
@@ -36,9 +37,10 @@ export class VerifyStep {
 
   /**
    * Run the verify pass for `draft` after the session's pending token (direct, or batched as a
-   * verify ticket) and decide its tokens: `pick(row, position)` is the target's own choice from
-   * the logits row that predicts `position` (greedy or the seeded sampler: the same call plain
-   * decoding makes there).
+   * verify ticket) and decide its tokens. Exact match (the default): `pick(row, i, position)` is
+   * the target's own choice from the logits row that predicts `position` (greedy or the seeded
+   * sampler: the same call plain decoding makes there). With `rejection`, the opt-in rule of
+   * src/speculate/reject.ts decides instead (`pick` still checks each row it uses).
    */
   static *run(
     p: Passes,
@@ -47,13 +49,16 @@ export class VerifyStep {
     pick: (logits: Float32Array, i: number, position: number) => number,
     batched: boolean,
     acc: { io: WeightStats },
+    rejection?: RejectionSampler,
   ): Generator<TokenEvent, VerifyStep> {
-    const checked = { ...checkDraft(draft, p.model.drafts, p.model.cfg.vocab, draft.by ?? "drafter"), by: draft.by };
+    const checked: Proposal = { ...checkDraft(draft, p.model.drafts, p.model.cfg.vocab, draft.by ?? "drafter"), by: draft.by, ...(draft.q ? { q: draft.q } : {}) };
     const pos0 = session.position;
     const ids = [...session.pending.splice(0), ...checked.tokens];
     const rows = yield* p.verifyPass(session, ids, batched, acc);
     // Row i follows the pending token (at pos0) and i drafts: it predicts position pos0 + 1 + i.
-    const verdict = verifyDrafts((i) => pick(rows[i]!, i, pos0 + 1 + i), checked);
+    const verdict = rejection
+      ? rejectDrafts((i) => (pick(rows[i]!, i, pos0 + 1 + i), rows[i]!), checked, rejection, (i) => pos0 + 1 + i)
+      : verifyDrafts((i) => pick(rows[i]!, i, pos0 + 1 + i), checked);
     return new VerifyStep(p, session, checked, pos0, verdict);
   }
 

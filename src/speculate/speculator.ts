@@ -44,8 +44,9 @@ export interface DrafterSlot {
   priorAcceptance?: number;
 }
 
-/** A proposal and who made it. */
-export type Proposal = Draft & { by?: string };
+/** A proposal and who made it; `q`: the drafter's normalised distribution of each draft, when it
+ *  drew them (a model drafter under the rejection rule, src/speculate/reject.ts). */
+export type Proposal = Draft & { by?: string; q?: Float64Array[] };
 
 export class Speculator {
   readonly counters: SpeculationCounters = { draftedTokens: 0, acceptedTokens: 0, verifyPasses: 0 };
@@ -80,15 +81,19 @@ export class Speculator {
   propose(tokens: readonly number[], room: number): Proposal {
     const cap = Math.min(room, this.setting === "auto" ? this.maxDrafts : Math.min(this.setting, this.maxDrafts));
     if (cap < 1) return { tokens: [] };
-    const ask = (s: DrafterSlot, max: number) => checkDraft(s.drafter.draft({ tokens, max }), max, this.vocab, s.drafter.name);
+    const ask = (s: DrafterSlot, max: number): Proposal => {
+      const raw = s.drafter.draft({ tokens, max }) as Proposal;
+      const d = checkDraft(raw, max, this.vocab, s.drafter.name);
+      return raw.q ? { ...d, q: raw.q } : d;
+    };
     if (this.setting !== "auto") {
       for (const s of this.slots) {
         const d = ask(s, cap);
-        if (d.tokens.length > 0) return { tokens: d.tokens, by: s.drafter.name };
+        if (d.tokens.length > 0) return { ...d, by: s.drafter.name };
       }
       return { tokens: [] };
     }
-    let best: { slot: DrafterSlot; k: number; rate: number; draft?: Draft } | undefined;
+    let best: { slot: DrafterSlot; k: number; rate: number; draft?: Proposal } | undefined;
     for (const s of this.slots) {
       const free = s.stepCost <= 0;
       const draft = free ? ask(s, cap) : undefined; // a free drafter is asked; a paid one is priced first
@@ -99,7 +104,7 @@ export class Speculator {
     }
     if (!best) return { tokens: [] };
     const d = best.draft ?? ask(best.slot, best.k);
-    return { tokens: d.tokens.slice(0, best.k), by: best.slot.drafter.name };
+    return { tokens: d.tokens.slice(0, best.k), by: best.slot.drafter.name, ...(d.q ? { q: d.q.slice(0, best.k) } : {}) };
   }
 
   /** A decode pass over `positions` positions read these bytes; `drafted` of them were drafts (by
