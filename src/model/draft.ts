@@ -260,7 +260,9 @@ export class DraftModel implements TapSink {
     const kvb = this.w.t(`${A}kv_b_proj.weight`);
     if (kvb.dtype !== "BF16") throw new K3Error("INTERNAL", `draft kv_b_proj is ${kvb.dtype}, the MLA kernel takes bf16`);
     const from = ds.validFrom;
-    k.k3_mla_attend(b.q.ptr, kvb.ptr, at(ds.cache.ptr, from * draftRowFloats(d) * F), b.att.ptr, b.mla_scratch.ptr, d.heads, d.qkNope, d.qkRope, d.vHead, d.kvLoraRank, pos - from, 1, this.tau);
+    const rowFloats = draftRowFloats(d);
+    const status = k.k3_mla_attend(b.q.ptr, kvb.ptr, at(ds.cache.ptr, from * rowFloats * F), b.att.ptr, b.mla_scratch.ptr, d.heads, d.qkNope, d.qkRope, d.vHead, d.kvLoraRank, pos - from, 1, this.tau, ds.context - from, b.mla_scratch.bytes / F);
+    if (status !== K3_STATUS.ok) throw new K3Error("INTERNAL", `draft attention at position ${pos} refused (k3_mla_attend status ${status}): the draft's cache or scratch is smaller than its context`);
     this.mm(`${A}o_proj.weight`, b.att.ptr, b.o.ptr, E, d.heads * d.vHead, 1);
     k.k3_add(b.hq.ptr, b.o.ptr, E); // r1 = h + o (the residual is h; no output gate)
     k.k3_rmsnorm_bf16w(b.hq.ptr, E, this.w.t(`${L0}post_attention_layernorm.weight`).ptr, b.z.ptr, E, E, 1, eps);
