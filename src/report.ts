@@ -163,7 +163,8 @@ export function statsLine(s: GenerationStats, pool: ComputeThreads, finishReason
     s.tokensPerS === null ? "" : `${s.tokensPerS.toFixed(2)} tokens/s`,
     `read ${formatBytes(s.ioPerToken.bytesRead)}/token`,
     `hits ${s.io.expertHits}/${s.io.expertRequests}`,
-    s.speculation.verifyPasses > 0 ? `drafts kept ${s.speculation.acceptedTokens}/${s.speculation.draftedTokens} in ${s.speculation.verifyPasses} passes` : "",
+    s.speculation.verifyPasses > 0 ? `drafts kept ${s.speculation.acceptedTokens}/${s.speculation.draftedTokens} in ${s.speculation.verifyPasses} passes${draftersWords(s)}` : "",
+    s.draft && !s.drafters.model ? `draft ${s.draft.name} loaded, not used (the cost model found no pass where it pays)` : "",
     `direct I/O ${s.io.directIo ? `on (${s.io.ioMode})` : "off"}`,
     drivesWords(s.io, s.prefillMs + s.decodeMs),
     s.io.verifyMs > 0 ? `verify ${(s.io.verifyMs / 1000).toFixed(2)} s` : "",
@@ -191,6 +192,13 @@ export function drivesWords(io: WeightStats, wallMs: number): string {
   ]
     .filter(Boolean)
     .join("; ");
+}
+
+/** " (model 9/12, n-gram 3/3)": kept/drafted per drafter, when more than one drafted. */
+function draftersWords(s: GenerationStats): string {
+  const names = Object.keys(s.drafters);
+  if (names.length < 2 && !s.draft) return "";
+  return ` (${names.map((n) => `${n === "ngram" ? "n-gram" : n} ${s.drafters[n]!.acceptedTokens}/${s.drafters[n]!.draftedTokens}`).join(", ")})`;
 }
 
 /** Batched generation (Engine.batchStats()): steps, sessions per step, the recent steps. */

@@ -13,8 +13,8 @@ import { loadChecksums } from "../memory/verify.ts";
 import { findMirrorCopies, type MirrorCopies } from "../memory/mirrors.ts";
 import { HEDGE_BUFFERS } from "../memory/reader.ts";
 import { autoDrafts, DEFAULT_MAX_DRAFTS } from "../model/buffers.ts";
-import { draftInFormat, type DraftSetup } from "../memory/draft-plan.ts";
-import { DRAFT_FORMATS, draftFormatsAvailable, type DraftFormat } from "../memory/draft-pack.ts";
+import { draftInFormat, placeDraft, type DraftSetup } from "../memory/draft-plan.ts";
+import { draftFormatsAvailable } from "../memory/draft-pack.ts";
 import { checkDraft, wantsDraft } from "./draft.ts";
 import { parseSpeculate, type SpeculateSetting } from "../speculate/speculator.ts";
 import type { EngineOptions } from "../engine.ts";
@@ -65,34 +65,8 @@ export function sizeEngine(k: Kernels, checkpoint: Checkpoint, opts: EngineOptio
   const forced = opts.draftFormat === undefined || opts.draftFormat === "auto" ? undefined : opts.draftFormat;
   if (opts.resident) return { ...sizing, drafts: withoutAutoDrafts(speculate, parallel, drafts), draft: draft && draftInFormat(draft, forced ?? "bf16") };
   if (!draft) return planSizing(checkpoint, opts, threads, sizing, ramOpt === "auto");
-  return placeDraft(forced ? [forced] : draftFormatsAvailable(draft.checkpoint), (f) => planSizing(checkpoint, opts, threads, { ...sizing, draft: draftInFormat(draft, f) }, ramOpt === "auto"));
-}
-
-/**
- * Where the draft costs the fewest bytes per generated token (docs/DRAFT.md "Placement"): held
- * resident in each format there is (the released bf16, and packs `k3 pack --draft` made), the one
- * whose plan reads the fewest disk bytes per decoded token (a smaller draft leaves more of the trunk
- * pinned and more expert slots; acceptance is taken to be the same, the packs' loss being at the
- * margin: docs/DRAFT.md measures it); within 1 % the most exact (no disk reads at all: bf16).
- * A format whose plan does not fit is skipped; none fitting is the smallest one's refusal.
- */
-function placeDraft(formats: readonly DraftFormat[], plan: (f: DraftFormat) => EngineSizing): EngineSizing {
-  const fits: { s: EngineSizing; bytes: number }[] = [];
-  let refusal: unknown;
-  for (const f of DRAFT_FORMATS.filter((x) => formats.includes(x))) {
-    try {
-      const s = plan(f);
-      const p = s.plan!;
-      const miss = Math.max(0, 1 - p.expertSlots / p.expertCount);
-      fits.push({ s, bytes: p.streamedBytesPerToken + p.expertBytesPerTokenAllMiss * miss });
-    } catch (err) {
-      if (!(err instanceof K3Error && err.code === "BUDGET")) throw err;
-      refusal = err;
-    }
-  }
-  if (fits.length === 0) throw refusal;
-  const least = Math.min(...fits.map((x) => x.bytes));
-  return fits.find((x) => x.bytes <= least * 1.01)!.s;
+  const formats = forced ? [forced] : draftFormatsAvailable(draft.checkpoint);
+  return placeDraft(formats, (f) => planSizing(checkpoint, opts, threads, { ...sizing, draft: draftInFormat(draft, f) }, ramOpt === "auto"), (s) => s.plan!);
 }
 
 /** The plan under the budget, and the sizes it settles: parallel "auto", the prefix cache's

@@ -17,7 +17,8 @@ import { kernelLimits, loadKernels, type Kernels } from "../kernels.ts";
 import { allocationBytes } from "../model/cmem.ts";
 import { draftScratchBytes, draftStateBytes, DRAFT_REFILL_ROWS } from "../model/buffers.ts";
 import type { DraftTensorSource } from "../model/weights.ts";
-import { loadDraftPack, type DraftFormat } from "./draft-pack.ts";
+import { DRAFT_FORMATS, loadDraftPack, type DraftFormat } from "./draft-pack.ts";
+import type { MemoryPlan } from "./plan.ts";
 
 /** The draft's items for the planner (src/memory/plan.ts sums them as fixed items). */
 export interface DraftPlanInput {
@@ -104,4 +105,31 @@ export function prepareDraft(target: ModelConfig, targetEmbed: TensorEntry | und
   const sources = releasedDraftSources(ck);
   const plan = draftPlanInput(ck, { context, drafts, sharedEmbedding, sources, format: "bf16" });
   return { checkpoint: ck, sharedEmbedding, format: "bf16", sources, plan, context, drafts };
+}
+
+/**
+ * Where the draft costs the fewest bytes per generated token (docs/DRAFT.md "Placement"): held
+ * resident in each format there is (the released bf16, and packs `k3 pack --draft` made), the one
+ * whose plan reads the fewest disk bytes per decoded token (a smaller draft leaves more of the trunk
+ * pinned and more expert slots; acceptance is taken to be the same, the packs' loss being at the
+ * margin: docs/DRAFT.md measures it); within 1 % the most exact (no disk reads at all: bf16).
+ * A format whose plan does not fit is skipped; none fitting is the smallest one's refusal.
+ */
+export function placeDraft<T>(formats: readonly DraftFormat[], plan: (f: DraftFormat) => T, planOf: (t: T) => MemoryPlan): T {
+  const fits: { t: T; bytes: number }[] = [];
+  let refusal: unknown;
+  for (const f of DRAFT_FORMATS.filter((x) => formats.includes(x))) {
+    try {
+      const t = plan(f);
+      const p = planOf(t);
+      const miss = Math.max(0, 1 - p.expertSlots / p.expertCount);
+      fits.push({ t, bytes: p.streamedBytesPerToken + p.expertBytesPerTokenAllMiss * miss });
+    } catch (err) {
+      if (!(err instanceof K3Error && err.code === "BUDGET")) throw err;
+      refusal = err;
+    }
+  }
+  if (fits.length === 0) throw refusal;
+  const least = Math.min(...fits.map((x) => x.bytes));
+  return fits.find((x) => x.bytes <= least * 1.01)!.t;
 }

@@ -5,7 +5,7 @@
 // threads and exact read-plan buffer sizes); from metadata the release's layout is assumed.
 import { K3Error } from "../../errors.ts";
 import { formatRanges } from "../../format.ts";
-import { catalogueFromMetadata, HEDGE_BUFFERS, LM_MODEL_PREFIX, prepareDraft, type TensorEntry, contextFor, DEFAULT_CONTEXT, defaultPrefixCacheBytes, gib, openCheckpointCached, parseSize, planInputFromCensus, planMemory, PRESETS, REFERENCE_PROMPT, resolveBudget, metadataTrunkSlots, trunkSlots, TRUNK_FORMATS, type TrunkFormat, type MemoryPlan } from "../../inspect.ts";
+import { catalogueFromMetadata, HEDGE_BUFFERS, DRAFT_FORMATS, draftFormatsAvailable, draftInFormat, LM_MODEL_PREFIX, placeDraft, prepareDraft, type DraftFormat, type TensorEntry, contextFor, DEFAULT_CONTEXT, defaultPrefixCacheBytes, gib, openCheckpointCached, parseSize, planInputFromCensus, planMemory, PRESETS, REFERENCE_PROMPT, resolveBudget, metadataTrunkSlots, trunkSlots, TRUNK_FORMATS, type TrunkFormat, type MemoryPlan } from "../../inspect.ts";
 import { DEFAULT_MAX_DRAFTS, defaultThreads, engineLimits, parseSpeculate } from "../../engine.ts";
 import { snakeKeys } from "../../report.ts";
 import { repeatedValues } from "../args.ts";
@@ -88,6 +88,7 @@ export default defineCommand({
     prompt: { type: "string", valueHint: "N", description: `prompt length the chunk is chosen for (default ${REFERENCE_PROMPT})` },
     mirror: { type: "string", valueHint: "DIR", description: "as k3 run --mirror (repeatable): the plan then holds the hedge buffers" },
     draft: { type: "string", valueHint: "DIR|none", description: "a draft model folder (--draft of run/chat/serve): its weights, per-session state and scratch join the plan" },
+    "draft-format": { type: "string", valueHint: "FORMAT", description: "the draft's weights: auto (default: the format whose plan reads the fewest bytes, as the engine picks) | bf16 | int8 | int4" },
     speculate: { type: "string", valueHint: "MODE", description: "speculation the engine would run (auto | off | N drafts per pass; default auto): sizes the verify buffers" },
     json: { type: "boolean", default: false, description: "print the plan as JSON" },
   },
@@ -135,14 +136,19 @@ export default defineCommand({
     const speculate = parseSpeculate(args.speculate ?? "auto", "--speculate");
     // As the engine opens it: no verify buffers with speculation off, N with --speculate N.
     const drafts = speculate === "off" ? 0 : typeof speculate === "number" ? speculate : undefined;
-    const draft = args.draft !== undefined && args.draft !== "none" ? prepareDraft(cfg, embed, args.draft, context, drafts ?? DEFAULT_MAX_DRAFTS).plan : undefined;
-    const input = planInputFromCensus(cfg, census, budget.bytes, context, threads, chunk, slots, drafts, { draft });
+    const draft = args.draft !== undefined && args.draft !== "none" ? prepareDraft(cfg, embed, args.draft, context, drafts ?? DEFAULT_MAX_DRAFTS) : undefined;
+    const input = planInputFromCensus(cfg, census, budget.bytes, context, threads, chunk, slots, drafts);
     input.promptTokens = prompt;
     input.parallel = parallel;
     const ram = args["prefix-cache-ram"];
     input.hedgeBuffers = repeatedValues(rawArgs, "--mirror").length ? HEDGE_BUFFERS : 0;
     input.prefixCacheBytes = ram !== undefined ? parseSize(ram, "--prefix-cache-ram") : args.parallel !== undefined ? defaultPrefixCacheBytes(input) : 0;
-    const plan = planMemory(input);
+    // With a draft, the format the engine would hold (the fewest bytes per token; --draft-format forces one).
+    const forced = args["draft-format"] === undefined || args["draft-format"] === "auto" ? undefined : args["draft-format"];
+    if (forced !== undefined && !DRAFT_FORMATS.includes(forced as never)) throw new K3Error("USAGE", `--draft-format must be auto, ${DRAFT_FORMATS.join(", ")}; got "${forced}"`);
+    const plan = draft
+      ? placeDraft(forced ? [forced as DraftFormat] : draftFormatsAvailable(draft.checkpoint), (f) => planMemory({ ...input, draft: draftInFormat(draft, f).plan }), (p) => p)
+      : planMemory(input);
     if (args.json) process.stdout.write(`${JSON.stringify(snakeKeys({ model, budgetSource: budget.source, trunk, ...plan }), null, 2)}\n`);
     else process.stdout.write(render(plan, budget.source, `${model}; trunk ${trunk}${note}`));
   },
