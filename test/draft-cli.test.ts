@@ -4,19 +4,13 @@
 // status docs/CLI.md gives its error (CONFIG 2, CHECKPOINT 4), never a stack trace.
 import { beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { Engine } from "../src/engine.ts";
+import { k3Source } from "./helpers/cli.ts";
 import { tinyDraft, tinyModel } from "./helpers/models.ts";
 import { serve } from "./server.helpers.ts";
 
 setDefaultTimeout(120_000);
 
-const CLI = [process.execPath, "src/cli/main.ts"];
-
-function k3(args: string[]) {
-  const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && k !== "K3_MODEL") env[k] = v;
-  const p = Bun.spawnSync([...CLI, ...args], { stdin: "ignore", env: { ...env, NO_COLOR: "1" } });
-  return { code: p.exitCode, out: p.stdout.toString(), err: p.stderr.toString() };
-}
+const k3 = k3Source;
 
 let model = "";
 let draft = "";

@@ -7,30 +7,7 @@
 import { describe, expect, test } from "bun:test";
 import { acceptGeneral, acceptOneHot, drawDraft, rejectDrafts, type RejectionSampler } from "../src/speculate/reject.ts";
 import { createSampler } from "../src/text/sampling.ts";
-
-/** Upper 1e-6 quantile of chi-square with df degrees of freedom (Wilson–Hilferty; z = 4.753). */
-function chi2Critical(df: number): number {
-  const z = 4.753;
-  const c = 2 / (9 * df);
-  return df * Math.pow(1 - c + z * Math.sqrt(c), 3);
-}
-
-/** Counts consistent with the probabilities (chi-square below the critical value, no impossible outcome). */
-function consistent(counts: number[], probs: number[], n: number): boolean {
-  let stat = 0;
-  let df = -1;
-  for (let i = 0; i < probs.length; i++) {
-    const e = probs[i]! * n;
-    if (e === 0) {
-      if ((counts[i] ?? 0) > 0) return false;
-      continue;
-    }
-    const d = (counts[i] ?? 0) - e;
-    stat += (d * d) / e;
-    df++;
-  }
-  return stat < chi2Critical(df);
-}
+import { CHAIN, consistent, jointProbs as jointProbsOf } from "./helpers/chi2.ts";
 
 /** A seeded stream of uniforms (mulberry32), so every case is reproducible. */
 function uniforms(seed: number) {
@@ -59,12 +36,7 @@ const draw = (p: number[], u: number) => {
 };
 
 const V = 4;
-const TARGET = [
-  [0.5, 0.25, 0.15, 0.1],
-  [0.1, 0.6, 0.2, 0.1],
-  [0.3, 0.1, 0.1, 0.5],
-  [0.25, 0.25, 0.25, 0.25],
-];
+const TARGET = CHAIN;
 const DRAFTQ = [
   [0.2, 0.5, 0.2, 0.1],
   [0.4, 0.2, 0.3, 0.1],
@@ -73,21 +45,7 @@ const DRAFTQ = [
 ];
 const row = (last: number) => new Float32Array([last]);
 
-/** Exact joint probabilities of the L tokens after `start` under the target chain. */
-function jointProbs(start: number, L: number): number[] {
-  const out: number[] = [];
-  for (let code = 0; code < V ** L; code++) {
-    let p = 1;
-    let last = start;
-    for (let j = L - 1; j >= 0; j--) {
-      const t = Math.floor(code / V ** j) % V;
-      p *= TARGET[last]![t]!;
-      last = t;
-    }
-    out.push(p);
-  }
-  return out;
-}
+const jointProbs = (start: number, L: number) => jointProbsOf(TARGET, start, L);
 
 /** L tokens after `start` by passes of k drafts (a deterministic drafter: last + 1 mod V; or drawn from DRAFTQ), n times. */
 function simulate(o: { n: number; L: number; k: number; start: number; sampled: boolean; seed: number; wrong?: boolean }): number[] {
