@@ -43,13 +43,13 @@ beforeAll(async () => {
 
 describe("the draft's cache follows the target: its chain equals the reference's after any history", () => {
   /** The target with capture and the draft on it, at the model level (the engine's order of calls). */
-  function models(chunk: number) {
+  function models(chunk: number, parallel = 1) {
     const ck = openCheckpoint(targetDir);
     const cfg = ck.config;
     const weights = new ResidentWeights(k, cfg, ck.tensors);
     const dck = openDraftCheckpoint(draftDir, cfg);
     const draft = new DraftModel(k, cfg, dck, new DraftWeights(k, releasedDraftSources(dck)), (id, dst) => weights.embedRow(id, dst), 512, K);
-    const model = new Model(k, cfg, weights, chunk, 512, K, 1, dck.config.captureLayers);
+    const model = new Model(k, cfg, weights, chunk, 512, K, parallel, dck.config.captureLayers);
     model.tapSink = draft;
     const state = new SessionState(k, cfg, 512);
     state.draft = draft.newState();
@@ -130,6 +130,30 @@ describe("the draft's cache follows the target: its chain equals the reference's
     const prompt = Array.from({ length: 150 }, (_, i) => (i * 37 + 11) % 1000);
     const r = run(8, prompt, 3, 2);
     expectChainMatches(r);
+  });
+
+  test("batched passes (several sessions' segments in one pass) capture each session's rows: its chain is the one it has alone", () => {
+    const m = models(64, 2);
+    const other = new SessionState(k, m.cfg, 512);
+    other.draft = m.draft.newState();
+    try {
+      const a = [5, 17, 300, 42, 7, 99];
+      const b = [250, 3, 11, 600, 12, 64, 9, 1];
+      m.model.forwardBatch([{ state: m.state, ids: a, logits: true }, { state: other, ids: b, logits: true }]);
+      const batched = [m.draft.propose(m.state, 77, K, { logits: true }), m.draft.propose(other, 78, K, { logits: true })];
+      const alone = [a, b].map((ids, i) => {
+        const s = new SessionState(k, m.cfg, 512);
+        s.draft = m.draft.newState();
+        m.model.forward(s, ids, { logits: false });
+        const r = m.draft.propose(s, 77 + i, K, { logits: true });
+        s.free();
+        return r;
+      });
+      for (let i = 0; i < 2; i++) expect(batched[i]!.logits.map((l) => bitsHash(l))).toEqual(alone[i]!.logits.map((l) => bitsHash(l)));
+    } finally {
+      other.free();
+      m.close();
+    }
   });
 
   test("the same bits at any chunk size and thread count", () => {
