@@ -19,6 +19,8 @@ export interface Setup {
   prompts: number[][];
   decodings: ("greedy" | "sampled")[];
   rejectionArm: boolean;
+  /** Whether to run the n-gram arm (the slice's random weights never repeat: it never drafts there, docs/SPECULATION.md §6). */
+  ngramArm: boolean;
   /** `ram`: every arm's budget; `draftRam`: the model arms' instead (the same plus the draft's own
    *  bytes, so the target's plan is the one `off` has: where the draft is large next to the trunk,
    *  as on the 4M-parameter demo, an equal budget would mostly measure the pins it takes). */
@@ -50,6 +52,7 @@ export function sliceSetup(model: string, ram: string): Setup {
     prompts: [[5, 17, 300, 42]],
     decodings: ["greedy"],
     rejectionArm: false,
+    ngramArm: false,
     budgets: [
       { name: `${ram} (all arms)`, ram, context },
       { name: `${ram}, the model arm + its draft (${(plus / 2 ** 30).toFixed(2)} GiB)`, ram, draftRam: String(plus), context },
@@ -77,6 +80,7 @@ export async function demoSetup(): Promise<Setup> {
     prompts,
     decodings: ["greedy", "sampled"],
     rejectionArm: true,
+    ngramArm: true,
     budgets: [
       { name: `streaming: floor + 2 experts (${(floor / 2 ** 20).toFixed(1)} MiB; model arms + the draft: ${(plus / 2 ** 20).toFixed(1)} MiB)`, ram: String(floor), draftRam: String(plus), context },
       { name: "resident", resident: true, context },

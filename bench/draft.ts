@@ -64,7 +64,7 @@ function arms(s: Setup, budget: Setup["budgets"][number], decoding: "greedy" | "
   const sampled = decoding === "sampled" ? { temperature: 0.8, seed } : {};
   const out: { arm: string; spec: ArmSpec }[] = [
     { arm: "off", spec: { ...base, ...sampled, name: "off", speculate: "off" } },
-    { arm: "n-gram", spec: { ...base, ...sampled, name: "n-gram", speculate: "auto" } },
+    ...(s.ngramArm ? [{ arm: "n-gram", spec: { ...base, ...sampled, name: "n-gram", speculate: "auto" as const } }] : []),
     { arm: "model", spec: { ...withDraft, ...sampled, name: "model", speculate: "auto" } },
   ];
   if (decoding === "sampled" && s.rejectionArm) out.push({ arm: "model, rejection", spec: { ...withDraft, ...sampled, name: "model, rejection", speculate: "auto", acceptRule: "rejection" } });
