@@ -74,12 +74,14 @@ describe("k3 plan --draft", () => {
 });
 
 describe("k3 serve --draft", () => {
-  test("/v1/models and /k3/stats name the draft", async () => {
+  test("/v1/models and /k3/stats name the draft; the model drafter is one of the drafters a client is told of", async () => {
     const engine = Engine.open(model, { threads: 1, context: 256, draft });
     const server = serve(engine);
     try {
-      const models = (await (await fetch(`${server.url}/v1/models`)).json()) as { data: { draft: { name: string; variant: string } }[] };
+      type ModelEntry = { draft: { name: string; variant: string }; k3: { speculation: { drafters: string[] } } };
+      const models = (await (await fetch(`${server.url}/v1/models`)).json()) as { data: ModelEntry[] };
       expect(models.data[0]!.draft).toMatchObject({ variant: "eagle3.1" });
+      expect(models.data[0]!.k3.speculation.drafters).toEqual(["ngram", "model"]);
       const stats = (await (await fetch(`${server.url}/k3/stats`)).json()) as { draft: { name: string }; engine: { draft: { name: string } } };
       expect(stats.draft.name).toContain("draft-tiny-a");
       expect(stats.engine.draft.name).toBe(stats.draft.name);
