@@ -5,7 +5,7 @@
 //
 //   bun run bench/draft.ts --demo  [--runs N] [--tokens N] [--no-docs]          the demo and its trained draft
 //   bun run bench/draft.ts --slice [--runs N] [--tokens N] [--ram SIZE] [--no-docs]   the slice + a random draft
-//   bun run bench/draft.ts --merge A.json B.json …                              one report from pieces
+//   bun run bench/draft.ts [--demo|--slice] --merge A.json B.json …            one report from pieces (into that docs section)
 //
 // Demo: the trained demo model (unpacked as `k3 run` does) with its trained EAGLE-3 draft, on
 // held-out prose (the first 16 tokens of the held-out windows tools/train/drafteval.py used), at
@@ -98,6 +98,8 @@ async function run(args: ReturnType<typeof parseArgs>): Promise<Row[]> {
 
 // ---- the report ----
 
+/** Two decimals, or a dash where there is no figure (a ratio of 0 bytes to 0 bytes: resident). */
+const fixed = (x: number) => (Number.isFinite(x) ? x.toFixed(2) : "—");
 const median = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length ? (s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2) : NaN;
@@ -126,7 +128,7 @@ function summarize(rows: Row[]) {
     const same = ok.every((r) => JSON.stringify(r.result.ids) === JSON.stringify(off(r)?.result.ids));
     if (arm !== "off" && !arm.includes("rejection") && !same) problems.push(`${key}: ids differ from off`);
     const by = (name: string) => sum((r) => r.result.speculation?.drafters?.[name]?.draftedTokens ?? 0);
-    lines.push(`| ${budget} | ${decoding} | ${arm} | ${ok.length}/${g.length} | ${Number.isFinite(tpp) ? tpp.toFixed(2) : "—"} | ${accepted}/${drafted} (model ${by("model")}, n-gram ${by("ngram")}) | ${(bytes / 1e6).toFixed(3)} | ${median(ok.map((r) => r.result.sPerToken ?? NaN)).toFixed(4)} | ${arm === "off" ? "1" : bytesRatio.toFixed(2)} | ${arm === "off" ? "1" : speed.toFixed(2)} | ${arm === "off" ? "ref" : arm.includes("rejection") ? "(not seed-identical)" : same ? "same" : "DIFFER"} |`);
+    lines.push(`| ${budget} | ${decoding} | ${arm} | ${ok.length}/${g.length} | ${fixed(tpp)} | ${accepted}/${drafted} (model ${by("model")}, n-gram ${by("ngram")}) | ${(bytes / 1e6).toFixed(3)} | ${median(ok.map((r) => r.result.sPerToken ?? NaN)).toFixed(4)} | ${arm === "off" ? "1" : fixed(bytesRatio)} | ${arm === "off" ? "1" : fixed(speed)} | ${arm === "off" ? "ref" : arm.includes("rejection") ? "(not seed-identical)" : same ? "same" : "DIFFER"} |`);
   }
   return { lines, problems };
 }
@@ -150,11 +152,14 @@ function render(rows: Row[], started: string, cmd: string): string {
 
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
-  const started = new Date().toISOString();
-  const rows: Row[] = args.merge.length ? args.merge.flatMap((f) => (JSON.parse(readFileSync(f, "utf8")) as { rows: Row[] }).rows) : await run(args);
-  const cmd = args.merge.length ? `bun run bench/draft.ts --merge …` : `npm run bench -- --draft --${args.which} --runs ${args.runs} --tokens ${args.tokens}`;
+  // Pieces run apart (each under one exclusive lock) and merged: one report, dated and named by
+  // its pieces' own runs.
+  const pieces = args.merge.map((f) => JSON.parse(readFileSync(f, "utf8")) as { started: string; cmd?: string; rows: Row[] });
+  const started = pieces[0]?.started ?? new Date().toISOString();
+  const cmd = pieces.length ? [...new Set(pieces.map((p) => p.cmd ?? "bun run bench/draft.ts"))].join(" + ") + (pieces.length > 1 ? " (pieces merged)" : "") : `npm run bench -- --draft --${args.which} --runs ${args.runs} --tokens ${args.tokens}`;
+  const rows: Row[] = pieces.length ? pieces.flatMap((p) => p.rows) : await run(args);
   const md = render(rows, started, cmd);
-  writeReport(`draft-${args.which ?? "merged"}`, started.replace(/[:.]/g, "-"), { started, rows }, md, say);
+  writeReport(`draft-${args.which ?? "merged"}`, started.replace(/[:.]/g, "-"), { started, cmd, rows }, md, say);
   if (args.docs && !args.quick) updateDocSection("docs/DRAFT.md", `draft-bench-${args.which ?? "merged"}`, md, say);
 }
 
