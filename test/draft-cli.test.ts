@@ -71,6 +71,23 @@ describe("k3 plan --draft", () => {
     // The target's scratch also grows: the pass captures the draft's layers.
     expect(item(withDraft, "scratch")).toBeGreaterThan(item(without, "scratch"));
   });
+
+  test("what the draft's share costs the target: more bytes per token at the same budget, none at the budget it names", () => {
+    type Cost = { share_bytes: number; bytes_per_token_without: number; extra_bytes_per_token: number };
+    const at = (ram: number, json = true) => k3(["plan", model, "--ram", String(ram), "--context", "256", "--threads", "1", "--chunk", "32", "--draft", draft, ...(json ? ["--json"] : [])]).out;
+    const cost = (ram: number) => (JSON.parse(at(ram)) as { draft_cost: Cost }).draft_cost;
+    // Just above the floor (the trunk partly streamed), the draft's share displaces pins.
+    const budget = 404_000_000;
+    const tight = cost(budget);
+    expect(tight.extra_bytes_per_token).toBeGreaterThan(0);
+    expect(at(budget, false)).toContain("more disk per decoded token");
+    // With its share on top, the target's plan is the one it has without the draft.
+    const more = cost(budget + tight.share_bytes);
+    expect(more.bytes_per_token_without + more.extra_bytes_per_token).toBe(tight.bytes_per_token_without);
+    // Everything resident: the draft fits beside.
+    expect(cost(2 ** 30).extra_bytes_per_token).toBe(0);
+    expect(at(2 ** 30, false)).toContain("fit beside the target's plan");
+  });
 });
 
 describe("k3 serve --draft", () => {

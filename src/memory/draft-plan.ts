@@ -121,9 +121,7 @@ export function placeDraft<T>(formats: readonly DraftFormat[], plan: (f: DraftFo
   for (const f of DRAFT_FORMATS.filter((x) => formats.includes(x))) {
     try {
       const t = plan(f);
-      const p = planOf(t);
-      const miss = Math.max(0, 1 - p.expertSlots / p.expertCount);
-      fits.push({ t, bytes: p.streamedBytesPerToken + p.expertBytesPerTokenAllMiss * miss });
+      fits.push({ t, bytes: planBytesPerToken(planOf(t)) });
     } catch (err) {
       if (!(err instanceof K3Error && err.code === "BUDGET")) throw err;
       refusal = err;
@@ -132,4 +130,26 @@ export function placeDraft<T>(formats: readonly DraftFormat[], plan: (f: DraftFo
   if (fits.length === 0) throw refusal;
   const least = Math.min(...fits.map((x) => x.bytes));
   return fits.find((x) => x.bytes <= least * 1.01)!.t;
+}
+
+/** The disk bytes a plan reads per decoded token: the streamed trunk, and the experts its slots
+ *  miss (uniform routing: a slot for a fraction of the experts misses the rest). */
+export function planBytesPerToken(p: MemoryPlan): number {
+  return p.streamedBytesPerToken + p.expertBytesPerTokenAllMiss * Math.max(0, 1 - p.expertSlots / p.expertCount);
+}
+
+/** What holding the draft costs the target at a budget (k3 plan --draft): its share of the
+ *  budget (its items and the pass's capture), and the bytes per decoded token the target's plan
+ *  reads more for it (the pins and expert slots that share displaces), before any draft is kept. */
+export interface DraftCost {
+  shareBytes: number;
+  bytesPerTokenWithout: number;
+  extraBytesPerToken: number;
+}
+
+export function draftCost(withDraft: MemoryPlan, without: MemoryPlan): DraftCost {
+  const bytes = (p: MemoryPlan, names: string[]) => p.items.filter((i) => names.includes(i.name)).reduce((a, i) => a + i.bytes, 0);
+  const capture = bytes(withDraft, ["scratch"]) - bytes(without, ["scratch"]);
+  const bytesPerTokenWithout = planBytesPerToken(without);
+  return { shareBytes: bytes(withDraft, ["draft", "draft state", "draft scratch"]) + capture, bytesPerTokenWithout, extraBytesPerToken: planBytesPerToken(withDraft) - bytesPerTokenWithout };
 }

@@ -5,14 +5,14 @@
 // threads and exact read-plan buffer sizes); from metadata the release's layout is assumed.
 import { K3Error } from "../../errors.ts";
 import { formatRanges } from "../../format.ts";
-import { catalogueFromMetadata, HEDGE_BUFFERS, DRAFT_FORMATS, draftFormatsAvailable, draftInFormat, LM_MODEL_PREFIX, placeDraft, prepareDraft, type DraftFormat, type TensorEntry, contextFor, DEFAULT_CONTEXT, defaultPrefixCacheBytes, gib, openCheckpointCached, parseSize, planInputFromCensus, planMemory, PRESETS, REFERENCE_PROMPT, resolveBudget, metadataTrunkSlots, trunkSlots, TRUNK_FORMATS, type TrunkFormat, type MemoryPlan } from "../../inspect.ts";
+import { catalogueFromMetadata, HEDGE_BUFFERS, draftCost, type DraftCost, DRAFT_FORMATS, draftFormatsAvailable, draftInFormat, LM_MODEL_PREFIX, placeDraft, prepareDraft, type DraftFormat, type TensorEntry, contextFor, DEFAULT_CONTEXT, defaultPrefixCacheBytes, gib, openCheckpointCached, parseSize, planInputFromCensus, planMemory, PRESETS, REFERENCE_PROMPT, resolveBudget, metadataTrunkSlots, trunkSlots, TRUNK_FORMATS, type TrunkFormat, type MemoryPlan } from "../../inspect.ts";
 import { DEFAULT_MAX_DRAFTS, defaultThreads, engineLimits, parseSpeculate } from "../../engine.ts";
 import { snakeKeys } from "../../report.ts";
 import { repeatedValues } from "../args.ts";
 import { defineCommand } from "../command.ts";
 import { folderOrMetadata, modelOption, positiveInt, ramFlag } from "../common.ts";
 
-function render(plan: MemoryPlan, budgetSource: string, model: string): string {
+function render(plan: MemoryPlan, budgetSource: string, model: string, draft?: DraftCost): string {
   const lines = [
     `model ${model}`,
     `budget ${gib(plan.budgetBytes)} (${budgetSource}); context ${plan.contextTokens} tokens; ${plan.threads} threads${plan.parallel > 1 ? `; ${plan.parallel} parallel sessions` : ""}`,
@@ -33,8 +33,16 @@ function render(plan: MemoryPlan, budgetSource: string, model: string): string {
   lines.push(
     `disk per decoded token: trunk ${gib(plan.streamedBytesPerToken)} + experts ≤ ${gib(plan.expertBytesPerTokenAllMiss)} (at 0% hits)`,
   );
+  if (draft) lines.push(renderDraftCost(plan, draft));
   lines.push("", ...renderChunk(plan));
   return `${lines.join("\n")}\n`;
+}
+
+/** What the draft's share of the budget costs the target's plan (docs/DRAFT.md "Placement, packs"). */
+function renderDraftCost(plan: MemoryPlan, d: DraftCost): string {
+  const share = `the draft's ${gib(d.shareBytes)}`;
+  if (d.extraBytesPerToken <= 0) return `draft: ${share} fit beside the target's plan (it reads what it reads without the draft)`;
+  return `draft: ${share} come out of the target's pins and expert slots: ${gib(d.extraBytesPerToken)} more disk per decoded token (${gib(d.bytesPerTokenWithout)} without it) until kept drafts save more; --ram ${gib(plan.budgetBytes + d.shareBytes)} keeps the target's plan`;
 }
 
 /** The trunk's pieces: how each unit is cut and what of it is pinned (issue 16). */
@@ -149,7 +157,8 @@ export default defineCommand({
     const plan = draft
       ? placeDraft(forced ? [forced as DraftFormat] : draftFormatsAvailable(draft.checkpoint), (f) => planMemory({ ...input, draft: draftInFormat(draft, f).plan }), (p) => p)
       : planMemory(input);
-    if (args.json) process.stdout.write(`${JSON.stringify(snakeKeys({ model, budgetSource: budget.source, trunk, ...plan }), null, 2)}\n`);
-    else process.stdout.write(render(plan, budget.source, `${model}; trunk ${trunk}${note}`));
+    const cost = draft && draftCost(plan, planMemory(input));
+    if (args.json) process.stdout.write(`${JSON.stringify(snakeKeys({ model, budgetSource: budget.source, trunk, ...plan, ...(cost && { draftCost: cost }) }), null, 2)}\n`);
+    else process.stdout.write(render(plan, budget.source, `${model}; trunk ${trunk}${note}`, cost));
   },
 });
