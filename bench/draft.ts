@@ -133,12 +133,12 @@ function summarize(rows: Row[]) {
   return { lines, problems };
 }
 
-function render(rows: Row[], started: string, cmd: string): string {
+function render(rows: Row[], started: string, cmd: string, pieces: number): string {
   const m = machineInfo(rows[0]?.result.spec.model ?? ROOT);
   const { lines, problems } = summarize(rows);
   const load = rows.flatMap((r) => r.result.loadavg.slice(0, 1));
   return [
-    `### Draft benchmark, ${started.slice(0, 10)} (\`${cmd}\`)`,
+    `### Draft benchmark, ${started.slice(0, 10)} (\`${cmd}\`${pieces > 1 ? `, ${pieces} runs of it merged` : ""})`,
     "",
     `Machine: ${m.cpu}, ${m.cores} cores, ${(m.memTotalBytes / 2 ** 30).toFixed(2)} GiB RAM. Load (1 min) ${Math.min(...load).toFixed(1)}–${Math.max(...load).toFixed(1)}. ${rows.length} runs. Tokens per verify pass = (accepted + passes) / passes; bytes per generated token and s/token over decode steps; ratios are medians of run / the same round's \`off\` run.`,
     "",
@@ -156,10 +156,20 @@ async function main(): Promise<void> {
   // its pieces' own runs.
   const pieces = args.merge.map((f) => JSON.parse(readFileSync(f, "utf8")) as { started: string; cmd?: string; rows: Row[] });
   const started = pieces[0]?.started ?? new Date().toISOString();
-  const cmd = pieces.length ? [...new Set(pieces.map((p) => p.cmd ?? "bun run bench/draft.ts"))].join(" + ") + (pieces.length > 1 ? " (pieces merged)" : "") : `npm run bench -- --draft --${args.which} --runs ${args.runs} --tokens ${args.tokens}`;
-  const rows: Row[] = pieces.length ? pieces.flatMap((p) => p.rows) : await run(args);
-  const md = render(rows, started, cmd);
-  writeReport(`draft-${args.which ?? "merged"}`, started.replace(/[:.]/g, "-"), { started, cmd, rows }, md, say);
+  const cmd = pieces.length ? [...new Set(pieces.map((p) => p.cmd ?? "bun run bench/draft.ts"))].join(" + ") : `npm run bench -- --draft --${args.which} --runs ${args.runs} --tokens ${args.tokens}`;
+  // A piece's rounds are its own: renumbered after the pieces before it, so a run is only ever
+  // paired with the `off` run of its own piece and round.
+  let last = 0;
+  const renumbered = pieces.map((p) => {
+    const base = last;
+    last += Math.max(0, ...p.rows.map((r) => r.round));
+    return p.rows.map((r) => ({ ...r, round: base + r.round }));
+  });
+  const rows: Row[] = pieces.length ? renumbered.flat() : await run(args);
+  const md = render(rows, started, cmd, pieces.length);
+  // A merged report is a file of its own (never one of its pieces, which stay as they ran).
+  const stem = `draft-${args.which ?? "runs"}${pieces.length ? "-merged" : ""}`;
+  writeReport(stem, (pieces.length ? new Date().toISOString() : started).replace(/[:.]/g, "-"), { started, cmd, rows }, md, say);
   if (args.docs && !args.quick) updateDocSection("docs/DRAFT.md", `draft-bench-${args.which ?? "merged"}`, md, say);
 }
 
