@@ -6,11 +6,13 @@
 // for byte) are those of plain decoding at every budget, thread count and trunk mode, seeded
 // sampling too, and a session saved mid-speculation continues as plain decoding would.
 import { beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { openCheckpoint } from "../src/checkpoint/catalogue.ts";
 import { openDraftCheckpoint } from "../src/checkpoint/draft.ts";
 import { createSampler, Engine, packTrunk, type EngineOptions, type GenerateOptions, type GenerationStats, type Session } from "../src/engine.ts";
+import { ensureDemoDraft, ensureDemoModel } from "../src/cli/demo.ts";
 import { checkDraft } from "../src/engine/draft.ts";
 import { loadKernels } from "../src/kernels.ts";
 import { releasedDraftSources } from "../src/memory/draft-plan.ts";
@@ -21,6 +23,7 @@ import { DraftWeights } from "../src/model/draft-weights.ts";
 import { Model } from "../src/model/forward.ts";
 import { ResidentWeights } from "../src/model/resident.ts";
 import { SessionState } from "../src/model/state.ts";
+import { Tokenizer } from "../src/text/tokenizer.ts";
 import { draftChain, ReferenceDraft } from "../tools/reference/draft.ts";
 import { ReferenceModel } from "../tools/reference/model.ts";
 import { bitsHash } from "./kernels.helpers.ts";
@@ -195,11 +198,11 @@ function generate(e: Engine, s: Session, prompt: number[], opts: GenerateOptions
   return { ids, stats: r.value };
 }
 
-function runEngine(open: EngineOptions, gen: Partial<GenerateOptions> = {}): Run {
-  const e = Engine.open(targetDir, { context: 256, threads: 1, ...open });
+function runEngine(open: EngineOptions, gen: Partial<GenerateOptions> = {}, on = { dir: targetDir, prompt: PROMPT, gen: GEN }): Run {
+  const e = Engine.open(on.dir, { context: 256, threads: 1, ...open });
   try {
     const s = e.createSession();
-    const r = generate(e, s, PROMPT, { maxTokens: GEN, ...gen });
+    const r = generate(e, s, on.prompt, { maxTokens: on.gen, ...gen });
     return { ids: r.ids, stats: r.stats!, session: sessionBytes(e, s) };
   } finally {
     e.close();
@@ -207,9 +210,9 @@ function runEngine(open: EngineOptions, gen: Partial<GenerateOptions> = {}): Run
 }
 
 /** The floor with the draft held (the plan counts it; verify passes of up to `drafts`), and budgets above it. */
-function budgets(drafts = K): number[] {
-  const ck = openCheckpoint(targetDir);
-  const draft = checkDraft(k, ck, draftDir, 256, drafts).plan;
+function budgets(drafts = K, target = targetDir, draftFolder = draftDir): number[] {
+  const ck = openCheckpoint(target);
+  const draft = checkDraft(k, ck, draftFolder, 256, drafts).plan;
   const input = planInputFromCensus(ck.config, ck.layout.census, 0, 256, 1, 32, streamSlots(ck), drafts, { draft });
   const floor = floorBytes(input, 32);
   const c = ck.layout.census;
@@ -288,6 +291,91 @@ describe("greedy output never depends on the draft", () => {
       expect(rest.stats!.speculation.draftedTokens).toBeGreaterThan(0);
     } finally {
       e.close();
+    }
+  });
+});
+
+// ---- drafts that are kept: the demo and its trained draft ----
+// The random test draft above is (almost) never right, so the engine tests above see rejections
+// only. The demo's trained draft is right about half the time (docs/DRAFT.md "The demo draft"):
+// here the model drafter's kept drafts go through the verify handle's accepted prefix and the
+// rollback's keep(), and the output must still be plain decoding's, bit for bit.
+describe("with drafts that are kept (the demo and its trained draft): output never depends on them", () => {
+  const env = { ...process.env, XDG_CACHE_HOME: mkdtempSync(join(tmpdir(), "k3-draft-demo-")) };
+  const DEMO_GEN = 32;
+  let demo = { dir: "", prompt: [] as number[], gen: DEMO_GEN };
+  let demoDraft = "";
+  let plainDemo: Run;
+  beforeAll(() => {
+    demo = { ...demo, dir: ensureDemoModel(env) };
+    demoDraft = ensureDemoDraft(env);
+    demo.prompt = Tokenizer.load(demo.dir).encode("The history of the city is");
+    plainDemo = runEngine({ chunk: 32, speculate: "off" }, {}, demo);
+  });
+  const kept = (r: Run) => r.stats.drafters.model?.acceptedTokens ?? 0;
+
+  test("greedy at the floor, half the trunk and everything × 1/2 threads: same ids and session bytes, model drafts kept", () => {
+    for (const ram of budgets(K, demo.dir, demoDraft))
+      for (const threads of [1, 2]) {
+        const r = runEngine({ ram: String(ram), threads, chunk: 32, speculate: K, draft: demoDraft }, {}, demo);
+        expect({ ram, threads, ids: r.ids }).toEqual({ ram, threads, ids: plainDemo.ids });
+        expect(r.session).toBe(plainDemo.session);
+        expect({ ram, threads, kept: kept(r) > 0 }).toEqual({ ram, threads, kept: true });
+      }
+  });
+
+  test("auto at the floor: the cost model drafts with the model and keeps drafts; same ids and session", () => {
+    const [floor] = budgets(8, demo.dir, demoDraft);
+    const r = runEngine({ ram: String(floor), chunk: 32, draft: demoDraft }, {}, demo);
+    expect(r.ids).toEqual(plainDemo.ids);
+    expect(r.session).toBe(plainDemo.session);
+    expect(kept(r)).toBeGreaterThan(0);
+  });
+
+  test("trunk modes int8 and int4: with the draft = without it, model drafts kept", () => {
+    for (const trunk of ["int8", "int4"] as const) {
+      packTrunk(demo.dir, trunk);
+      const off = runEngine({ trunk, chunk: 32, speculate: "off" }, {}, demo);
+      const on = runEngine({ trunk, chunk: 32, speculate: K, draft: demoDraft }, {}, demo);
+      expect({ trunk, ids: on.ids }).toEqual({ trunk, ids: off.ids });
+      expect(on.session).toBe(off.session);
+      expect({ trunk, kept: kept(on) > 0 }).toEqual({ trunk, kept: true });
+    }
+  });
+
+  test("seeded sampling (T 0.8) at the floor and resident: the same ids and session as without the draft, model drafts kept", () => {
+    const [floor] = budgets(K, demo.dir, demoDraft);
+    for (const seed of [1, 7, 12345])
+      for (const ram of [floor, 2 ** 30]) {
+        const sampler = () => createSampler({ temperature: 0.8, seed });
+        const off = runEngine({ chunk: 32, speculate: "off" }, { sampler: sampler() }, demo);
+        const on = runEngine({ ram: String(ram), chunk: 32, speculate: K, draft: demoDraft }, { sampler: sampler() }, demo);
+        expect({ seed, ram, ids: on.ids }).toEqual({ seed, ram, ids: off.ids });
+        expect(on.session).toBe(off.session);
+        expect({ seed, ram, kept: kept(on) > 0 }).toEqual({ seed, ram, kept: true });
+      }
+  });
+
+  test("stopped after every token (inside verify steps whose drafts were kept): the session is plain decoding's, byte for byte, and continues as it", () => {
+    const plain = Engine.open(demo.dir, { context: 256, threads: 1, chunk: 32, speculate: "off" });
+    const spec = Engine.open(demo.dir, { context: 256, threads: 1, chunk: 32, speculate: K, draft: demoDraft });
+    const path = join(scratchDir("draft-demo-mid"), "mid.k3session");
+    try {
+      for (let stop = 1; stop < DEMO_GEN; stop++) {
+        const a = plain.createSession();
+        generate(plain, a, demo.prompt, { maxTokens: DEMO_GEN }, stop);
+        const s = spec.createSession();
+        const first = generate(spec, s, demo.prompt, { maxTokens: DEMO_GEN }, stop);
+        expect({ stop, session: sessionBytes(spec, s) === sessionBytes(plain, a) }).toEqual({ stop, session: true });
+        spec.saveSession(s, path);
+        const rest = generate(spec, spec.loadSession(path), [], { maxTokens: DEMO_GEN - stop });
+        expect({ stop, ids: [...first.ids, ...rest.ids] }).toEqual({ stop, ids: plainDemo.ids });
+      }
+      // Some of those stops fell inside a step that had kept drafts: the whole run kept some.
+      expect(kept(runEngine({ chunk: 32, speculate: K, draft: demoDraft }, {}, demo))).toBeGreaterThan(0);
+    } finally {
+      plain.close();
+      spec.close();
     }
   });
 });
