@@ -93,7 +93,8 @@ function render(path: string, docs: boolean): never {
 async function main() {
   // `npm run bench -- --speculation`: the speculation arms (bench/speculate.ts), not these;
   // `npm run bench -- --trunk`: the small-budget and compact-trunk arms (bench/trunk.ts).
-  for (const [flag, file] of [["--speculation", "bench/speculate.ts"], ["--trunk", "bench/trunk.ts"]])
+  // `npm run bench -- --draft --demo|--slice`: the draft-model arms (bench/draft.ts).
+  for (const [flag, file] of [["--speculation", "bench/speculate.ts"], ["--trunk", "bench/trunk.ts"], ["--draft", "bench/draft.ts"]])
     if (process.argv.includes(flag)) {
       const p = Bun.spawn([BUN, join(ROOT, file), ...process.argv.slice(2)], { stdout: "inherit", stderr: "inherit", cwd: ROOT });
       process.exit(await p.exited);

@@ -11,7 +11,7 @@
 // ties) and hashed so arms can be compared bit for bit.
 import { readFileSync, writeFileSync } from "node:fs";
 import { createHash } from "node:crypto";
-import { Engine, type EngineOptions, type TrunkFormat, type WeightStats } from "../src/engine.ts";
+import { createSampler, Engine, type EngineOptions, type TrunkFormat, type WeightStats } from "../src/engine.ts";
 import { loadKernels } from "../src/kernels.ts";
 import { makeDrafter, type DrafterChoice } from "./drafters.ts";
 
@@ -33,6 +33,13 @@ export interface ArmSpec {
   trunk?: TrunkFormat;
   /** One matrix piece per unit: the trunk layout before issue 16 (bench/trunk.ts's "before"). */
   wholeUnits?: boolean;
+  /** Draft arms (bench/draft.ts): a draft model (--draft), its format, and seeded sampling. */
+  draft?: string;
+  draftFormat?: "auto" | "bf16" | "int8" | "int4";
+  temperature?: number;
+  seed?: number;
+  acceptRule?: "exact" | "rejection";
+  context?: number;
 }
 
 export interface PerToken {
@@ -83,7 +90,7 @@ export interface ArmResult {
   vmHwmBytes?: number; // /proc/self/status VmHWM at the end
   maxRssBytes?: number; // getrusage maxrss at the end
   /** Speculation counters of the generation (speculation arms). */
-  speculation?: { draftedTokens: number; acceptedTokens: number; verifyPasses: number; decodePasses: number };
+  speculation?: { draftedTokens: number; acceptedTokens: number; verifyPasses: number; decodePasses: number; drafters?: Record<string, { draftedTokens: number; acceptedTokens: number; verifyPasses: number }>; draft?: string };
 }
 
 function vmHwm(): number {
@@ -110,7 +117,7 @@ export function runArm(spec: ArmSpec): ArmResult {
   const out: ArmResult = { spec, ok: false };
   let engine: Engine | undefined;
   try {
-    const opts: EngineOptions = { threads: spec.threads, prefetch: spec.prefetch, lookahead: spec.lookahead, speculate: spec.speculate ?? "off", trunk: spec.trunk };
+    const opts: EngineOptions = { threads: spec.threads, prefetch: spec.prefetch, lookahead: spec.lookahead, speculate: spec.speculate ?? "off", trunk: spec.trunk, draft: spec.draft, draftFormat: spec.draftFormat, context: spec.context };
     if (spec.wholeUnits) opts.trunkPieces = { pieceBytes: Infinity };
     if (spec.resident) opts.resident = true;
     else opts.ram = spec.ram;
@@ -154,9 +161,11 @@ export function runArm(spec: ArmSpec): ArmResult {
     // Speculation arms decode with the engine's own greedy rule; their ids are compared, not last
     // logits. The others capture the last logits, so they decode plainly (a verify pass would hand
     // the sampler its rows too).
+    // Sampled arms (bench/draft.ts) draw with the seeded sampler, speculation or not: their ids are compared.
+    const seeded = spec.temperature ? createSampler({ temperature: spec.temperature, seed: spec.seed ?? 0 }) : undefined;
     const it = spec.speculate
-      ? engine.generate(session, spec.prompt, { maxTokens: spec.maxTokens, drafter: makeDrafter(spec.drafter, engine.config.vocab) })
-      : engine.generate(session, spec.prompt, { maxTokens: spec.maxTokens, sampler, speculate: "off" });
+      ? engine.generate(session, spec.prompt, { maxTokens: spec.maxTokens, drafter: makeDrafter(spec.drafter, engine.config.vocab), sampler: seeded, acceptRule: spec.acceptRule })
+      : engine.generate(session, spec.prompt, { maxTokens: spec.maxTokens, sampler: seeded ?? sampler, speculate: "off" });
     let r = it.next();
     for (; !r.done; r = it.next()) {
       if (r.value.index === 0) (afterPrefill = engine.stats()), (cpu0 = process.resourceUsage());
@@ -168,7 +177,7 @@ export function runArm(spec: ArmSpec): ArmResult {
     if (cpu0) out.decodeCpu = { userS: (cpu1.userCPUTime - cpu0.userCPUTime) / 1e6, sysS: (cpu1.systemCPUTime - cpu0.systemCPUTime) / 1e6 };
     const stats = r.value;
     const steps = ids.length - 1;
-    out.speculation = { ...stats.speculation, decodePasses: stats.decodeSteps };
+    out.speculation = { ...stats.speculation, decodePasses: stats.decodeSteps, drafters: stats.drafters, draft: stats.draft?.format };
     out.ids = ids;
     out.prefillMs = stats.prefillMs;
     out.decodeSteps = steps;

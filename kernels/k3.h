@@ -44,6 +44,8 @@ enum {
 #define K3_MXFP4_GROUP 32            /* k3_matmul_mxfp4, _q8, _q4: cols is a multiple of this */
 #define K3_KDA_CONV_WIDTH 4          /* k3_kda_conv_silu: the only width implemented */
 #define K3_MAX_KDA_HEAD_DIM 1024     /* k3_kda_recurrent: D (two D-float arrays on each worker's stack; K3: 128) */
+#define K3_MAX_ROPE_PAIRS 128        /* k3_rope_interleaved: rope dims / 2 */
+#define K3_ROPE_MAX_ANGLE 1600000    /* k3_rope_interleaved, k3_sincos: |position · frequency| below this (radians) */
 enum {
   K3_LIMIT_ROUTER_EXPERTS = 0,
   K3_LIMIT_ATTNRES_SOURCES = 1,
@@ -52,6 +54,8 @@ enum {
   K3_LIMIT_MXFP4_GROUP = 4,
   K3_LIMIT_KDA_CONV_WIDTH = 5,
   K3_LIMIT_KDA_HEAD_DIM = 6,
+  K3_LIMIT_ROPE_PAIRS = 7,
+  K3_LIMIT_ROPE_ANGLE = 8,
 };
 K3_API int32_t k3_limit(int32_t which);          /* the limit's value; K3_ERR_ARG for an unknown id */
 
@@ -218,5 +222,23 @@ K3_API int32_t k3_attnres_mix(const float* bank, int32_t n, const float* P, cons
  * K3_ERR_NONFINITE if a logit is NaN or a bias is NaN/±inf (nothing is written on either). */
 K3_API int32_t k3_router_topk(const float* logits, const float* bias, int32_t N, int32_t K,
                               int32_t T, float scaling, int32_t* idx, float* w);
+
+/* ---- draft model (EAGLE-3 format A, docs/DRAFT.md; kernels/k3_draft.c) ----
+ * Rotary position embedding on interleaved pairs (DeepSeek's non-NeoX convention), in place. Row t
+ * (x + t·ldx) is at position pos0 + t; head h's rope dims start at x + t·ldx + h·hstride; pair i
+ * (dims 2i, 2i+1, i < dr/2) turns by φ = (pos0 + t)·freq[i] (double):
+ *   c = (float)(cos φ · mscale), s = (float)(sin φ · mscale)   (sin/cos: the library's own, below)
+ *   x'[2i] = x[2i]·c − x[2i+1]·s,  x'[2i+1] = x[2i+1]·c + x[2i]·s   (each product rounded, no FMA)
+ * K3_ERR_ARG (nothing written) for dr odd or dr/2 > K3_MAX_ROPE_PAIRS, heads < 1, pos0 < 0, T < 0,
+ * a negative or non-finite frequency, or an angle ≥ K3_ROPE_MAX_ANGLE. One implementation. */
+K3_API int32_t k3_rope_interleaved(float* x, int32_t ldx, int32_t heads, int32_t hstride, int32_t dr,
+                                   const double* freq, int32_t pos0, int32_t T, float mscale);
+/* out[0] = sin x, out[1] = cos x in double, the same bits on every machine (libm's are not):
+ * x = n·π/2 + r with fdlibm's two-part π/2, Taylor polynomials on |r| ≤ π/4. K3_ERR_ARG when
+ * |x| ≥ K3_ROPE_MAX_ANGLE (the reduction is exact only below it). What k3_rope_interleaved uses. */
+K3_API int32_t k3_sincos(double x, double* out);
+/* SiLU-gated MLP activation: out = (g · sigmoid(g)) · u, left to right in f32 (sigmoid as in
+ * k3_sigmoid). out may alias g or u. K3_ERR_ARG if n < 0. */
+K3_API int32_t k3_silu_glu(const float* g, const float* u, float* out, int64_t n);
 
 #endif

@@ -6,7 +6,9 @@
  * 4: k3_mla_attend takes the cache rows and scratch floats it may use and returns a status;
  * k3_kda_recurrent returns a status (D ≤ K3_MAX_KDA_HEAD_DIM, limit 6); k3_mem_free returns a
  * status (a pointer that is not a live allocation is refused). */
-K3_API int32_t k3_version(void) { return 4; }
+/* 5: the draft model's kernels (k3_rope_interleaved, k3_sincos, k3_silu_glu) and their limits
+ * (K3_LIMIT_ROPE_PAIRS, K3_LIMIT_ROPE_ANGLE). */
+K3_API int32_t k3_version(void) { return 5; }
 
 K3_API int32_t k3_limit(int32_t which) {
   switch (which) {
@@ -17,6 +19,8 @@ K3_API int32_t k3_limit(int32_t which) {
     case K3_LIMIT_MXFP4_GROUP: return K3_MXFP4_GROUP;
     case K3_LIMIT_KDA_CONV_WIDTH: return K3_KDA_CONV_WIDTH;
     case K3_LIMIT_KDA_HEAD_DIM: return K3_MAX_KDA_HEAD_DIM;
+    case K3_LIMIT_ROPE_PAIRS: return K3_MAX_ROPE_PAIRS;
+    case K3_LIMIT_ROPE_ANGLE: return K3_ROPE_MAX_ANGLE;
     default: return K3_ERR_ARG;
   }
 }

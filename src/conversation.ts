@@ -54,6 +54,9 @@ export interface GenOptions {
   onPrefill?: (done: number, total: number) => void;
   /** Speculative decoding for this generation (default: the engine's setting). */
   speculate?: SpeculateSetting;
+  /** How sampled drafts are kept (GenerateOptions.acceptRule): "exact" (default, seed-identical) or
+   *  the opt-in "rejection" rule (distribution-exact, not seed-identical). */
+  acceptRule?: "exact" | "rejection";
   /** Run through the engine's batch scheduler with other generations (GenerateOptions.batched):
    *  the stream then yields `waiting` deltas, on which the caller awaits engine.turn(). */
   batched?: boolean;
@@ -368,6 +371,7 @@ class TextGeneration {
       shouldStop: () => this.stopHit || done() || (opts.shouldStop?.() ?? false),
       yieldDuringPrefill: true,
       speculate: opts.speculate,
+      acceptRule: opts.acceptRule,
       batched: opts.batched,
     });
   }

@@ -31,6 +31,11 @@ import { readGenerationDefaults, type GenerationDefaults } from "./checkpoint/ge
 import type { WeightProvider, WeightStats } from "./model/weights.ts";
 import { Generation, passCostPrior, peakRssBytes } from "./engine/generation.ts";
 import { openStreaming, sizeEngine } from "./engine/open.ts";
+import { openDraft } from "./engine/draft.ts";
+import { openDraftCheckpoint } from "./checkpoint/draft.ts";
+import { writeDraftPack, type DraftPackResult } from "./memory/draft-pack.ts";
+import type { DraftModel } from "./model/draft.ts";
+import { MODEL_DRAFTER } from "./engine/model-drafter.ts";
 import { Passes } from "./engine/passes.ts";
 import { Session } from "./engine/session.ts";
 import { computeThreads, type ComputeThreads } from "./engine/threads.ts";
@@ -48,6 +53,8 @@ export { CLOSE_THINK_OPEN_RESPONSE, renderChat, segmentsToIds, SERVED_DEFAULT_TH
 export { AssistantStreamParser, parseAssistantOutput, type AssistantOutput, type ParsedToolCall } from "./text/chat-parse.ts";
 export { createSampler, uniformAt, type Sampler, type SamplerOptions } from "./text/sampling.ts";
 export { parseSpeculate, type SpeculateSetting, type SpeculationCounters } from "./speculate/speculator.ts";
+/** Drafts per verify pass `--speculate auto` has room for at most. */
+export { DEFAULT_MAX_DRAFTS } from "./model/buffers.ts";
 export type { Draft, Drafter, DraftRequest } from "./speculate/drafter.ts";
 export { StopMatcher } from "./text/stop.ts";
 export { deeperThan, MAX_JSON_DEPTH } from "./text/json-depth.ts";
@@ -130,6 +137,16 @@ export interface EngineOptions {
   /** The prefix cache (batched generation only): RAM tier bytes ("auto": the planner's default
    *  share; 0: none) and an optional disk tier (folder, size cap in bytes). Default: off. */
   prefixCache?: { ramBytes?: number | "auto"; dir?: string; diskBytes?: number };
+  /**
+   * A draft model (`--draft DIR`: a released K3 EAGLE-3 draft, config.json + model.safetensors,
+   * docs/DRAFT.md) whose chain the cost model may verify instead of (or besides) the n-gram
+   * drafter's. Checked against the target before any weight is read; held resident (the plan
+   * counts it). "none" or undefined: no draft. Output is identical either way.
+   */
+  draft?: string;
+  /** The draft's weights: "auto" (default: the format whose plan reads the fewest bytes per token,
+   *  among the released bf16 and the packs `k3 pack DRAFT --draft int8|int4` made), or one of them. */
+  draftFormat?: "auto" | "bf16" | "int8" | "int4";
 }
 
 export interface TokenEvent {
@@ -169,6 +186,14 @@ export interface GenerateOptions {
    *  for is refused (K3Error USAGE) before the session is touched. */
   drafter?: Drafter;
   /**
+   * How a sampled generation's drafts are kept. "exact" (default): a draft is kept when it equals
+   * the token the target draws at its position (the sampling contract: seeded output is the
+   * non-speculative output). "rejection" (opt-in): the speculative-sampling rule min(1, p/q) with
+   * the draft model's q (docs/SPECULATION.md §4b): the same distribution of output, more drafts
+   * kept, but NOT the same ids as without speculation for a seed. Greedy generation ignores it.
+   */
+  acceptRule?: "exact" | "rejection";
+  /**
    * Run every forward pass through the engine's batch scheduler, together with the other batched
    * generations (src/batch/scheduler.ts). The generator then yields `wait` events: the caller
    * awaits `engine.turn()` and calls next() again. Output is bit-identical to an unbatched run.
@@ -176,6 +201,21 @@ export interface GenerateOptions {
    * state at the last such boundary inside the prompt is kept (docs/SERVER.md).
    */
   batched?: boolean;
+}
+
+/** The draft model an engine holds (EngineOptions.draft), as stats and /v1/models name it. */
+export interface DraftInfo {
+  /** Its folder's name (a Hugging Face download: the repo id). */
+  name: string;
+  dir: string;
+  /** "eagle3" or "eagle3.1". */
+  variant: string;
+  /** Its weights: "bf16" as released, or a pack's "int8" / "int4". */
+  format: "bf16" | "int8" | "int4";
+  /** One-based completed layers of the target it reads. */
+  captureLayers: number[];
+  /** Whether it reads the target's embedding rows (its own table equals them) or keeps its own. */
+  sharedEmbedding: boolean;
 }
 
 export interface GenerationStats {
@@ -201,6 +241,10 @@ export interface GenerationStats {
   ioPerToken: { bytesRead: number; trunkBytes: number; expertBytes: number; reads: number; hits: number; requests: number };
   /** Drafted / accepted tokens and verify passes (all 0 with speculation off). */
   speculation: SpeculationCounters;
+  /** The same per drafter that drafted ("ngram", "model", or a caller's drafter by its name). */
+  drafters: Record<string, SpeculationCounters>;
+  /** The engine's draft model (undefined without one). */
+  draft?: DraftInfo;
   peakRssBytes: number;
   /** Which trunk produced it: the release's (bf16, exact) or a packed one (lossy). */
   trunk: TrunkFormat;
@@ -238,6 +282,11 @@ export class Engine {
     return this.passes.parallel;
   }
 
+  /** The draft model (EngineOptions.draft), or undefined. */
+  get draft(): DraftInfo | undefined {
+    return this.passes.draft?.info;
+  }
+
   /** Tokens per prefill pass (EngineOptions.chunk, else the planner's choice). */
   get prefillChunk(): number {
     return this.passes.model.chunk;
@@ -248,9 +297,11 @@ export class Engine {
     return this.passes.model.drafts;
   }
 
-  /** Who drafts for speculation (none when the engine does not speculate). */
+  /** Who drafts for speculation (none when the engine does not speculate): the n-gram drafter,
+   *  and the model drafter when a draft model is loaded (--draft). */
   get drafters(): string[] {
-    return this.maxDrafts > 0 ? ["ngram"] : [];
+    if (this.maxDrafts === 0) return [];
+    return this.passes.draft ? ["ngram", MODEL_DRAFTER] : ["ngram"];
   }
 
   private genDefaults?: GenerationDefaults;
@@ -334,7 +385,7 @@ export class Engine {
     const checkpoint = opts.verify ? openCheckpoint(dir, indexing) : openCheckpointCached(dir, indexing);
     const cfg = checkpoint.config;
     checkKernelLimits(k, cfg);
-    const size = sizeEngine(checkpoint, opts, threads.threads);
+    const size = sizeEngine(k, checkpoint, opts, threads.threads);
     // The trace records one sequence, chunk by chunk: a batched pass of several sessions cannot
     // be written to it, so the combination is refused here, before any weight is read.
     if (opts.trace !== undefined && size.parallel > 1)
@@ -342,14 +393,18 @@ export class Engine {
     // A plan exactly when not resident: the streamed weights follow it.
     const weights: WeightProvider = size.plan ? yield* openStreaming(k, checkpoint, size.plan, size.pack, size.mirrors, opts) : new ResidentWeights(k, cfg, checkpoint.tensors);
     let model: Model;
+    let draft: DraftModel | undefined;
     try {
-      model = new Model(k, cfg, weights, size.chunk, size.context, size.drafts, size.parallel);
+      draft = size.draft && openDraft(k, size.draft, cfg, weights, size.context, size.drafts);
+      model = new Model(k, cfg, weights, size.chunk, size.context, size.drafts, size.parallel, draft?.cfg.captureLayers ?? []);
       model.lookahead = opts.lookahead ?? true;
+      model.tapSink = draft;
     } catch (err) {
+      draft?.free();
       weights.close();
       throw err;
     }
-    const passes = new Passes(k, model, weights, size.context, size.parallel);
+    const passes = new Passes(k, model, weights, size.context, size.parallel, draft);
     // The folder actually read (a Hugging Face repo folder resolves to its snapshot).
     const engine = new Engine(checkpoint.dir, checkpoint, k, passes, threads, size.plan, size.speculate, size.trunk, size.pack);
     try {
@@ -461,7 +516,14 @@ export class Engine {
 
   createSession(): Session {
     this.passes.alive();
-    return new Session(new SessionState(this.k, this.config, this.context));
+    const state = new SessionState(this.k, this.config, this.context);
+    try {
+      state.draft = this.passes.draft?.newState();
+    } catch (err) {
+      state.free();
+      throw err;
+    }
+    return new Session(state);
   }
 
   /** Run prompt tokens through the model without sampling (returns last logits, a view). */
@@ -479,16 +541,16 @@ export class Engine {
    * emitted token is kept pending and fed first next time). src/engine/generation.ts has the loop.
    */
   *generate(session: Session, prompt: number[], opts: GenerateOptions): Generator<TokenEvent, GenerationStats> {
-    const setup = { speculate: this.speculate, trunk: this.trunk, costPrior: () => passCostPrior(this.config, this.checkpoint.layout.census, this.plan) };
+    const setup = { speculate: this.speculate, trunk: this.trunk, costPrior: () => passCostPrior(this.config, this.checkpoint.layout.census, this.plan), draft: this.draft };
     return yield* new Generation(this.passes, setup, session, prompt, opts).run();
   }
 
   /** Counters since open (bytes read, reads, hits, direct I/O, per device), the compute threads
    *  (how many, of how many hardware threads, and the pool's limit: the default stops there), the
-   *  I/O threads of each device's queue, and the time since open. */
-  stats(): WeightStats & ComputeThreads & { peakRssBytes: number; ioThreads: number; trunk: TrunkFormat; uptimeMs: number } {
+   *  I/O threads of each device's queue, the time since open, and the draft model (--draft). */
+  stats(): WeightStats & ComputeThreads & { peakRssBytes: number; ioThreads: number; trunk: TrunkFormat; uptimeMs: number; draft?: DraftInfo } {
     const weights = this.passes.weights;
-    return { ...weights.stats(), peakRssBytes: peakRssBytes(), ...this.pool, ioThreads: weights.ioThreads ?? 0, trunk: this.trunk, uptimeMs: performance.now() - this.openedAt };
+    return { ...weights.stats(), peakRssBytes: peakRssBytes(), ...this.pool, ioThreads: weights.ioThreads ?? 0, trunk: this.trunk, uptimeMs: performance.now() - this.openedAt, draft: this.draft };
   }
 
   /** When the engine finished opening (performance.now()): devices' busy fractions are of the time since. */
@@ -511,6 +573,16 @@ export class Engine {
  */
 export function verifyModel(dir: string, opts: { record?: boolean; onProgress?: (done: number, total: number) => void } = {}): VerifyResult {
   return verifyCheckpoint(loadKernels(), openCheckpoint(dir), opts);
+}
+
+/**
+ * `k3 pack DRAFT --draft int8|int4`: write a packed copy of a draft model (its matrices in the
+ * compact trunk's int8/int4 groups, the rest exact) next to it or in k3's cache folder
+ * (src/memory/draft-pack.ts). Engines use it when its plan reads fewer bytes (EngineOptions.draftFormat).
+ */
+export function packDraft(dir: string, format: "int8" | "int4", onProgress?: (doneBytes: number, totalBytes: number) => void): DraftPackResult {
+  if (format !== "int8" && format !== "int4") throw new K3Error("USAGE", `--draft must be int8 or int4 to pack, got ${JSON.stringify(format)}`);
+  return writeDraftPack(loadKernels(), openDraftCheckpoint(dir), format, onProgress);
 }
 
 /**

@@ -17,7 +17,7 @@ import { K3Error } from "./errors.ts";
 import { writeFileAtomic } from "./files.ts";
 import embeddedLib from "../zig-out/lib/libkernels.so" with { type: "file" };
 
-const { ptr, i32, i64, i64_fast, u32, f32, cstring, void: v } = FFIType;
+const { ptr, i32, i64, i64_fast, u32, f32, f64, cstring, void: v } = FFIType;
 
 /** The symbol table: argument and return types of every exported function (see kernels/k3.h). */
 export const symbols = {
@@ -77,6 +77,12 @@ export const symbols = {
 
   // AttnRes: (bank, n, P, proj, norm, out, E, T, eps)
   k3_attnres_mix: { args: [ptr, i32, ptr, ptr, ptr, ptr, i32, i32, f32], returns: i32 }, // K3_OK / K3_ERR_ARG
+
+  // draft model (kernels/k3_draft.c): interleaved RoPE (x, ldx, heads, hstride, dr, freq f64[dr/2], pos0, T, mscale),
+  // the library's own sin/cos (x, f64 out[2]), SiLU-GLU (g, u, out, n); each → K3_OK / K3_ERR_ARG
+  k3_rope_interleaved: { args: [ptr, i32, i32, i32, i32, ptr, i32, i32, f32], returns: i32 },
+  k3_sincos: { args: [f64, ptr], returns: i32 },
+  k3_silu_glu: { args: [ptr, ptr, ptr, i64], returns: i32 },
 
   // router: (logits, bias, N, K, T, scaling, idx, w)
   k3_router_topk: { args: [ptr, ptr, i32, i32, i32, f32, ptr, ptr], returns: i32 }, // K3_OK / K3_ERR_ARG
@@ -138,10 +144,12 @@ export interface KernelLimits {
   mxfp4Group: number; // k3_matmul_mxfp4: columns are a multiple of this
   kdaConvWidth: number; // k3_kda_conv_silu: the only conv width implemented
   kdaHeadDim: number; // k3_kda_recurrent: the largest head dim (its stack arrays)
+  ropePairs: number; // k3_rope_interleaved: rope dims / 2
+  ropeAngle: number; // k3_rope_interleaved: |position · frequency| below this (radians)
 }
 
 /** Ids of k3_limit (K3_LIMIT_* in kernels/k3.h), in KernelLimits' field order. */
-const LIMIT_IDS: Record<keyof KernelLimits, number> = { routerExperts: 0, attnResSources: 1, poolThreads: 2, ioThreads: 3, mxfp4Group: 4, kdaConvWidth: 5, kdaHeadDim: 6 };
+const LIMIT_IDS: Record<keyof KernelLimits, number> = { routerExperts: 0, attnResSources: 1, poolThreads: 2, ioThreads: 3, mxfp4Group: 4, kdaConvWidth: 5, kdaHeadDim: 6, ropePairs: 7, ropeAngle: 8 };
 
 export function kernelLimits(k: Kernels = loadKernels()): KernelLimits {
   const out = {} as KernelLimits;
@@ -154,7 +162,7 @@ export function kernelLimits(k: Kernels = loadKernels()): KernelLimits {
 }
 
 /** The library ABI these bindings are written for (k3_version, kernels/k3_version.c). */
-export const KERNELS_ABI = 4;
+export const KERNELS_ABI = 5;
 
 let loaded: Kernels | undefined;
 

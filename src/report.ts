@@ -3,7 +3,7 @@
 // and GET /k3/stats carry the same fields under the same names: snake_case (as the OpenAI API
 // writes its own), times in ms, bytes in bytes. The one-line summary on stderr is here too.
 // Field meanings: docs/CLI.md ("Stats") and docs/CACHE.md (the counters).
-import type { BatchStats, ComputeThreads, DeviceStats, Engine, GenerationStats, PrefixCacheStats, WeightStats } from "./engine.ts";
+import type { BatchStats, ComputeThreads, DeviceStats, DraftInfo, Engine, GenerationStats, PrefixCacheStats, SpeculationCounters, WeightStats } from "./engine.ts";
 import { formatBytes } from "./format.ts";
 
 const round2 = (x: number) => Math.round(x * 100) / 100;
@@ -78,9 +78,20 @@ export function statsJson(s: GenerationStats) {
     drafted_tokens: s.speculation.draftedTokens,
     accepted_tokens: s.speculation.acceptedTokens,
     verify_passes: s.speculation.verifyPasses,
+    // A verify pass decides its accepted drafts plus one token (null: no verify pass).
+    tokens_per_verify_pass: tokensPerPass(s.speculation),
+    drafters: Object.fromEntries(Object.entries(s.drafters).map(([name, c]) => [name, { drafted_tokens: c.draftedTokens, accepted_tokens: c.acceptedTokens, verify_passes: c.verifyPasses, tokens_per_verify_pass: tokensPerPass(c) }])),
+    draft: draftJson(s.draft), // the engine's draft model (--draft), null without one
     peak_rss_bytes: s.peakRssBytes,
     trunk: s.trunk, // "bf16" (the release's, exact) or "int8" / "int4" (a packed trunk: lossy)
   };
+}
+
+const tokensPerPass = (c: SpeculationCounters) => (c.verifyPasses > 0 ? round2((c.acceptedTokens + c.verifyPasses) / c.verifyPasses) : null);
+
+/** The draft model an engine holds (--draft), or null: stats, /k3/stats and /v1/models name it so. */
+export function draftJson(d: DraftInfo | undefined) {
+  return d ? { name: d.name, variant: d.variant, format: d.format, capture_layers: d.captureLayers, shared_embedding: d.sharedEmbedding } : null;
 }
 
 /** Rates and totals of one generation (`k3 run --json`'s `timings`). */
@@ -107,6 +118,7 @@ export function engineStatsJson(e: ReturnType<Engine["stats"]>) {
     thread_limit: e.limit,
     io_threads: e.ioThreads,
     trunk: e.trunk,
+    draft: draftJson(e.draft),
   };
 }
 
@@ -151,7 +163,8 @@ export function statsLine(s: GenerationStats, pool: ComputeThreads, finishReason
     s.tokensPerS === null ? "" : `${s.tokensPerS.toFixed(2)} tokens/s`,
     `read ${formatBytes(s.ioPerToken.bytesRead)}/token`,
     `hits ${s.io.expertHits}/${s.io.expertRequests}`,
-    s.speculation.verifyPasses > 0 ? `drafts kept ${s.speculation.acceptedTokens}/${s.speculation.draftedTokens} in ${s.speculation.verifyPasses} passes` : "",
+    s.speculation.verifyPasses > 0 ? `drafts kept ${s.speculation.acceptedTokens}/${s.speculation.draftedTokens} in ${s.speculation.verifyPasses} passes${draftersWords(s)}` : "",
+    s.draft && !s.drafters.model ? `draft ${s.draft.name} loaded, not used (the cost model found no pass where it pays)` : "",
     `direct I/O ${s.io.directIo ? `on (${s.io.ioMode})` : "off"}`,
     drivesWords(s.io, s.prefillMs + s.decodeMs),
     s.io.verifyMs > 0 ? `verify ${(s.io.verifyMs / 1000).toFixed(2)} s` : "",
@@ -179,6 +192,13 @@ export function drivesWords(io: WeightStats, wallMs: number): string {
   ]
     .filter(Boolean)
     .join("; ");
+}
+
+/** " (model 9/12, n-gram 3/3)": kept/drafted per drafter, when more than one drafted. */
+function draftersWords(s: GenerationStats): string {
+  const names = Object.keys(s.drafters);
+  if (names.length < 2 && !s.draft) return "";
+  return ` (${names.map((n) => `${n === "ngram" ? "n-gram" : n} ${s.drafters[n]!.acceptedTokens}/${s.drafters[n]!.draftedTokens}`).join(", ")})`;
 }
 
 /** Batched generation (Engine.batchStats()): steps, sessions per step, the recent steps. */

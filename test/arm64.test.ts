@@ -2,7 +2,7 @@
 // qemu-aarch64 runs the k3-linux-arm64 executable (built here as `npm run release` builds it:
 // Bun's arm64 runtime + the aarch64 kernel library, NEON path), against the aarch64 C library in
 // /usr/aarch64-linux-gnu. Three checks:
-//  1. the kernel bit tests (golden matmul hashes, the exp/tanh bits, ISA × threads determinism,
+//  1. the kernel bit tests (golden matmul hashes, the exp/tanh bits, the draft's RoPE and SiLU, ISA × threads determinism,
 //     CRC hardware vs tables) pass on arm64 — the executable doubles as the arm64 `bun`
 //     (BUN_BE_BUN=1) and loads that library through $K3_KERNELS;
 //  2. the tiny models give the same greedy ids and the same hash of every logits vector on arm64
@@ -53,7 +53,7 @@ beforeAll(async () => {
 
 describe(`linux-arm64 under qemu-aarch64${SKIP}`, () => {
   test.skipIf(!!MISSING)(`kernel bit tests pass on arm64, NEON path included${SKIP}`, () => {
-    const files = ["kernels-matmul-bits", "kernels-strided", "kernels-libm-bits", "kernels-determinism", "kernels-q", "crc"].map((f) => `test/${f}.test.ts`);
+    const files = ["kernels-matmul-bits", "kernels-strided", "kernels-libm-bits", "kernels-determinism", "kernels-q", "kernels-draft", "crc"].map((f) => `test/${f}.test.ts`);
     // Emulated and on a shared machine a test can take ~10× its native time: bun's own 5 s
     // per-test limit is not a property of these tests (no timing is asserted).
     const r = arm64(["test", "--timeout", "300000", ...files], { asBun: true });
@@ -64,6 +64,7 @@ describe(`linux-arm64 under qemu-aarch64${SKIP}`, () => {
     expect(r.err).toContain("(pass) exp / expf / tanhf kernels");
     // the strided / row-sliced calls on the NEON path (allIsas there: scalar, NEON)
     expect(r.err).toContain("(pass) strided matmuls: one call per row slice gives the whole product's bits > q4");
+    expect(r.err).toContain("(pass) k3_rope_interleaved > golden bits"); // the draft's own sin/cos: the same bits there
     expect(r.err).toMatch(/ 0 fail/);
   });
 

@@ -74,7 +74,8 @@ describe("k3 tokenize and detokenize without a model folder: $K3_MODEL's tokeniz
     const implicit = k3(["tokenize", "Hello, world"]);
     expect(implicit.code).toBe(0);
     expect(implicit.err).toContain("NOT Kimi K3");
-    const demo = join(home, ".cache", "k3", readdirSync(join(home, ".cache", "k3")).find((d) => d.startsWith("demo-"))!);
+    // The demo's folder, not its draft's (demo-draft-…, unpacked beside it by k3 run and chat).
+    const demo = join(home, ".cache", "k3", readdirSync(join(home, ".cache", "k3")).find((d) => d.startsWith("demo-") && !d.startsWith("demo-draft-"))!);
     expect(implicit.out).toBe(k3(["tokenize", demo, "Hello, world"]).out);
     expect(implicit.out).toMatch(/^\d+( \d+)*\n$/);
     const back = k3(["detokenize", implicit.out.trim()]);

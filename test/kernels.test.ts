@@ -355,7 +355,7 @@ describe("MLA, AttnRes, router vs float64 reference", () => {
   });
 
   test("the limits come from k3.h through k3_limit; an unknown id is refused", () => {
-    expect(kernelLimits(k)).toEqual({ routerExperts: 4096, attnResSources: 64, poolThreads: 64, ioThreads: 256, mxfp4Group: 32, kdaConvWidth: 4, kdaHeadDim: 1024 });
+    expect(kernelLimits(k)).toEqual({ routerExperts: 4096, attnResSources: 64, poolThreads: 64, ioThreads: 256, mxfp4Group: 32, kdaConvWidth: 4, kdaHeadDim: 1024, ropePairs: 128, ropeAngle: 1600000 });
     expect(k.k3_limit(99)).toBe(K3_STATUS.arg);
   });
 });

@@ -180,14 +180,19 @@ describe("k3 run: the embedded demo model", () => {
     expect([await p1.exited, await p2.exited]).toEqual([0, 0]);
     expect(o1).toBe(o2);
     expect(err1).toContain("NOT Kimi K3");
-    // The folder is named by the embedded pack's hash: a new demo never opens an old cached one.
+    // The folder is named by the embedded pack's hash: a new demo never opens an old cached one;
+    // its trained draft (the default drafter on the demo) the same way, beside it.
     const dir = demoDir(e);
     expect(dir).toMatch(/\/k3\/demo-[0-9a-f]{16}$/);
-    expect(readdirSync(join(cache, "k3"))).toEqual([basename(dir)]);
+    const folders = readdirSync(join(cache, "k3")).sort();
+    expect(folders).toHaveLength(2); // one copy each, whichever process won the race
+    expect(folders[0]).toBe(basename(dir));
+    expect(folders[1]).toMatch(/^demo-draft-[0-9a-f]{16}$/);
     expect(existsSync(join(dir, "config.json"))).toBe(true);
     const again = k3(["run", "--prompt", "hi", "--gen", "4"], { env: e });
     expect(again.code).toBe(0);
     expect(again.out).toBe(o1);
     expect(again.err).not.toContain("unpacked the demo model");
+    expect(again.err).not.toContain("unpacked the demo's draft");
   });
 });

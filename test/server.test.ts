@@ -272,7 +272,7 @@ test("tool calls come back in OpenAI's shape with finish_reason tool_calls", () 
   // Random tiny weights never write a tool call, so the mapping is checked on a parsed result.
   const stats = { promptTokens: 9, generatedTokens: 4, prefillMs: 1, decodeMs: 2, msPerToken: 0.5, stopReason: "stop", peakRssBytes: 1,
     io: { trunkBytesRead: 10, expertBytesRead: 5, reads: 1, expertRequests: 2, expertHits: 1, lookaheadIssued: 0, lookaheadUsed: 0, ioWaitMs: 0, extraReads: 0, extraBytesRead: 0, hedgesIssued: 0, hedgesWon: 0, retries: 0, directIo: true, ioMode: "O_DIRECT", devices: [] },
-    ioPerToken: { bytesRead: 3.75, trunkBytes: 2.5, expertBytes: 1.25, reads: 0.25, hits: 0.25 }, speculation: { draftedTokens: 0, acceptedTokens: 0, verifyPasses: 0 }, decodedTokens: 4 } as const;
+    ioPerToken: { bytesRead: 3.75, trunkBytes: 2.5, expertBytes: 1.25, reads: 0.25, hits: 0.25 }, speculation: { draftedTokens: 0, acceptedTokens: 0, verifyPasses: 0 }, drafters: {}, decodedTokens: 4 } as const;
   const result = { reasoning: "need weather", reasoningCut: false, content: "", finishReason: "tool_calls" as const, usage: { promptTokens: 9, completionTokens: 4, cachedTokens: 0 }, stats: stats as any,
     toolCalls: [{ index: 1, name: "get_weather", arguments: '{"city":"Paris"}' }] };
   const body = chatCompletionJson({ id: "chatcmpl-abc", created: 1, model: "tiny-a" }, result);

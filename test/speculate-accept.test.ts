@@ -13,66 +13,17 @@
 import { describe, expect, test } from "bun:test";
 import { verifyDrafts } from "../src/speculate/accept.ts";
 import { argmax, createSampler, uniformAt, type Sampler } from "../src/text/sampling.ts";
-
-/** Upper 1e-6 quantile of chi-square with df degrees of freedom (Wilson–Hilferty; z = 4.753). */
-function chi2Critical(df: number): number {
-  const z = 4.753;
-  const c = 2 / (9 * df);
-  return df * Math.pow(1 - c + z * Math.sqrt(c), 3);
-}
-
-/** Pearson's statistic of observed counts against exact probabilities (cells with p > 0). */
-function chi2(counts: number[], probs: number[], n: number): { stat: number; df: number; impossible: number } {
-  let stat = 0;
-  let df = -1;
-  let impossible = 0;
-  for (let i = 0; i < probs.length; i++) {
-    const e = probs[i]! * n;
-    if (e === 0) {
-      impossible += counts[i] ?? 0;
-      continue;
-    }
-    const d = (counts[i] ?? 0) - e;
-    stat += (d * d) / e;
-    df++;
-  }
-  return { stat, df, impossible };
-}
-
-/** Passes iff the counts are consistent with the probabilities (and no impossible outcome occurred). */
-function consistent(counts: number[], probs: number[], n: number): boolean {
-  const r = chi2(counts, probs, n);
-  return r.impossible === 0 && r.stat < chi2Critical(r.df);
-}
+import { CHAIN, consistent, jointProbs as jointProbsOf } from "./helpers/chi2.ts";
 
 // A 4-token Markov chain as the "target model": the logits of a context are log TARGET[last]
 // (softmax at temperature 1 gives TARGET[last] back).
 const V = 4;
-const TARGET = [
-  [0.5, 0.25, 0.15, 0.1],
-  [0.1, 0.6, 0.2, 0.1],
-  [0.3, 0.1, 0.1, 0.5],
-  [0.25, 0.25, 0.25, 0.25],
-];
+const TARGET = CHAIN;
 const rowFor = (last: number) => new Float32Array(TARGET[last]!.map(Math.log));
 /** Position of the start token: the first generated token is at START_POS + 1. */
 const START_POS = 7;
 
-/** Exact joint probabilities of the first L tokens after `start` under the target chain. */
-function jointProbs(start: number, L: number): number[] {
-  const out: number[] = [];
-  for (let code = 0; code < V ** L; code++) {
-    let p = 1;
-    let last = start;
-    for (let j = L - 1; j >= 0; j--) {
-      const t = Math.floor(code / V ** j) % V;
-      p *= TARGET[last]![t]!;
-      last = t;
-    }
-    out.push(p);
-  }
-  return out;
-}
+const jointProbs = (start: number, L: number) => jointProbsOf(TARGET, start, L);
 
 /** Plain decoding: L tokens after `start`, one pick per position. */
 function plain(sampler: Sampler, start: number, L: number): number[] {

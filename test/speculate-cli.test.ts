@@ -1,20 +1,14 @@
 // `--speculate` as a user reaches it: `k3 run` (spawned from source) and the server's per-request
 // `speculate` field. Output is identical with speculation on and off; bad values are usage errors.
 import { beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { k3Source } from "./helpers/cli.ts";
 import { tinyModel } from "./helpers/models.ts";
 import { post, tinyServerFixture } from "./server.helpers.ts";
 
 // Spawning the CLI takes seconds on a busy 2-core machine: bun's 5 s default is too tight.
 setDefaultTimeout(120_000);
 
-const CLI = [process.execPath, "src/cli/main.ts"];
-
-function k3(args: string[]) {
-  const env: Record<string, string> = {};
-  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && k !== "K3_MODEL") env[k] = v;
-  const p = Bun.spawnSync([...CLI, ...args], { stdin: "ignore", env: { ...env, NO_COLOR: "1" } });
-  return { code: p.exitCode, out: p.stdout.toString(), err: p.stderr.toString() };
-}
+const k3 = k3Source;
 
 // A prompt on which the default (strict n-gram) drafter drafts on tiny-a: "5 17 300 65 42" twice
 // and "5 17 300" again, whose greedy continuation is 65 (found by search over the 4th token), so

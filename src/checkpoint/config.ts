@@ -36,7 +36,7 @@ export const CONFIG_BOUNDS = {
 type Json = Record<string, unknown>;
 
 /** Reads typed fields out of a JSON object, recording a problem (with its JSON path) per bad field. */
-class FieldReader {
+export class FieldReader {
   readonly problems: string[] = [];
 
   constructor(private readonly source: string) {}
@@ -119,7 +119,7 @@ class FieldReader {
   }
 }
 
-function describe(v: unknown): string {
+export function describe(v: unknown): string {
   if (v === null) return "null";
   if (Array.isArray(v)) return "a list";
   if (typeof v === "object") return "an object";

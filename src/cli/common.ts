@@ -25,6 +25,7 @@ export const CHOICES: Record<string, readonly string[]> = {
   preset: [...Object.keys(PRESETS), "auto"],
   effort: ["low", "high", "max", "none"],
   trunk: TRUNK_FORMATS,
+  draftFormat: ["auto", "bf16", "int8", "int4"],
 };
 
 /** `-m DIR` (llama.cpp's spelling) as an option; the positional DIR works too. */
@@ -51,6 +52,8 @@ export const engineArgs = {
   trunk: { type: "string", valueHint: "FORMAT", description: `trunk weights: ${TRUNK_FORMATS.join(" | ")} (default bf16, exact; int8/int4 are lossy, made by \`k3 pack\`)` },
   "n-gpu-layers": { type: "string", alias: ["ngl", "gpu-layers"], valueHint: "N", description: "llama.cpp's GPU layers (-ngl 99): accepted and ignored, k3 runs on the CPU" },
   mirror: { type: "string", valueHint: "DIR", description: "a folder with copies of some or all shards on another drive (repeatable; checked to be the same bytes): reads go to the copy that finishes first (docs/DRIVES.md)" },
+  draft: { type: "string", valueHint: "DIR|none", description: "a draft model (a released K3 EAGLE-3 draft folder) whose drafts speculation may verify; none: no draft (same output either way)" },
+  "draft-format": { type: "string", valueHint: "FORMAT", description: "the draft's weights: auto (default: whichever reads the fewest bytes) | bf16 | int8 | int4 (packs made by `k3 pack DRAFT --draft int8|int4`)" },
 } satisfies ArgsDef;
 
 /** A positive integer flag; refused: 0, signs, decimals, exponents, hex, and anything above `max`. */
@@ -104,6 +107,8 @@ export interface EngineArgs {
   trunk?: string;
   "n-gpu-layers"?: string;
   mirror?: string;
+  draft?: string;
+  "draft-format"?: string;
 }
 
 /** -ngl N (llama.cpp's layers offloaded to a GPU): a recipe's flag that means nothing here. Its
@@ -145,6 +150,8 @@ export function engineOptions(args: EngineArgs, rawArgs: string[] = []): EngineO
     speculate: parseSpeculate(args.speculate ?? "auto", "--speculate"),
     trunk: oneOf(args.trunk, "--trunk", "trunk", "bf16") as EngineOptions["trunk"],
     mirrors: repeatedValues(rawArgs, "--mirror"),
+    draft: args.draft,
+    draftFormat: oneOf(args["draft-format"], "--draft-format", "draftFormat", "auto") as EngineOptions["draftFormat"],
     onProgress: barProgress(),
   };
 }

@@ -16,6 +16,7 @@
 import { existsSync, mkdtempSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { basename, join } from "node:path";
 import demoPackPath from "../../assets/demo/k3-demo.pack.zst" with { type: "file" }; // real path in dev, /$bunfs/... when compiled
+import demoDraftPackPath from "../../assets/demo/k3-demo-draft.pack.zst" with { type: "file" }; // its trained EAGLE-3 draft
 import { cachePath, ensureCacheDir } from "../cache-dir.ts";
 import { log } from "../log.ts";
 import { sha256Hex, unpackDemo } from "./demo-pack.ts";
@@ -24,15 +25,17 @@ import { sha256Hex, unpackDemo } from "./demo-pack.ts";
 export const DEMO_NOTICE =
   "a TINY model with K3's architecture (~4M parameters) trained on a small English corpus (the Brown corpus), NOT Kimi K3: expect English-like text, not knowledge";
 
-let packCache: { bytes: Uint8Array; id: string } | undefined;
+const packs = new Map<string, { bytes: Uint8Array; id: string }>();
 
-function demoPack(): { bytes: Uint8Array; id: string } {
-  if (!packCache) {
-    const bytes = new Uint8Array(readFileSync(demoPackPath));
-    packCache = { bytes, id: sha256Hex(bytes).slice(0, 16) };
+function pack(path: string): { bytes: Uint8Array; id: string } {
+  let p = packs.get(path);
+  if (!p) {
+    const bytes = new Uint8Array(readFileSync(path));
+    packs.set(path, (p = { bytes, id: sha256Hex(bytes).slice(0, 16) }));
   }
-  return packCache;
+  return p;
 }
+const demoPack = () => pack(demoPackPath);
 
 /** The demo's cache folder; its name changes with the embedded model's content. */
 export function demoDir(env: NodeJS.ProcessEnv = process.env): string {
@@ -57,19 +60,44 @@ export async function modelDirOrDemo(arg: string | undefined): Promise<string> {
 export function ensureDemoModel(env: NodeJS.ProcessEnv = process.env): string {
   const dir = demoDir(env);
   log.warn(`no model given (argument or $K3_MODEL): using the built-in demo model in ${dir} — ${DEMO_NOTICE}`);
+  return unpackOnce(demoPack(), dir, "the demo model", env);
+}
+
+/** The demo's trained EAGLE-3 draft (assets/demo/k3-demo-draft.pack.zst; docs/DRAFT.md "The demo
+ *  draft"), unpacked once into $XDG_CACHE_HOME/k3/demo-draft-<id>: `k3 run` and `k3 chat` draft
+ *  with it by default on the demo (--draft none turns it off; output never changes). */
+export function ensureDemoDraft(env: NodeJS.ProcessEnv = process.env): string {
+  const p = pack(demoDraftPackPath);
+  return unpackOnce(p, cachePath(`demo-draft-${p.id}`, env), "the demo's draft", env);
+}
+
+/** Whether `dir` is the demo model's cache folder (the demo's draft then applies by default). */
+export function isDemoDir(dir: string, env: NodeJS.ProcessEnv = process.env): boolean {
+  return dir === demoDir(env);
+}
+
+/** The engine options for `dir`: on the demo, its draft unless --draft was given (or speculation
+ *  is off, which leaves nothing for a draft to do). */
+export function withDemoDraft<T extends { draft?: string; speculate?: unknown }>(dir: string, opts: T, env: NodeJS.ProcessEnv = process.env): T {
+  if (opts.draft !== undefined || opts.speculate === "off" || !isDemoDir(dir, env)) return opts;
+  return { ...opts, draft: ensureDemoDraft(env) };
+}
+
+/** Unpack a pack into `dir` unless it holds a complete copy (see the invariant above). */
+function unpackOnce(p: { bytes: Uint8Array }, dir: string, what: string, env: NodeJS.ProcessEnv): string {
   if (existsSync(join(dir, "config.json"))) return dir;
   const root = ensureCacheDir("", env); // a clear error (set XDG_CACHE_HOME) when it cannot be made
   const tmp = mkdtempSync(join(root, `.${basename(dir)}-tmp-`));
   try {
     const t0 = performance.now();
-    unpackDemo(demoPack().bytes, tmp);
+    unpackDemo(p.bytes, tmp);
     try {
       renameSync(tmp, dir);
     } catch (err) {
       // Another process renamed its copy first: use that one.
       if (!existsSync(join(dir, "config.json"))) throw err;
     }
-    log.info(`unpacked the demo model in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    log.info(`unpacked ${what} in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   } finally {
     rmSync(tmp, { recursive: true, force: true });
   }

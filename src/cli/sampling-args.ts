@@ -13,6 +13,11 @@ export const samplingArgs = {
   "min-p": { type: "string", valueHint: "P", description: "drop tokens below P × the top probability (0 = off)" },
   seed: { type: "string", alias: ["s"], valueHint: "N", description: "sampling seed (default 0: same seed, same text)" },
   stop: { type: "string", valueHint: "TEXT", description: "stop string, matched across tokens, not printed (repeatable)" },
+  "accept-rule": {
+    type: "string",
+    valueHint: "RULE",
+    description: "how sampled drafts are kept: exact (default: the seeded output is the same with and without speculation) | rejection (min(1, p/q): the same distribution, more drafts kept, NOT the same seeded ids)",
+  },
 } satisfies ArgsDef;
 
 export interface SamplingArgs {
@@ -22,6 +27,7 @@ export interface SamplingArgs {
   "min-p"?: string;
   seed?: string;
   stop?: string;
+  "accept-rule"?: string;
 }
 
 export function samplingOptions(args: SamplingArgs, rawArgs: string[], defaultTemperature: number): Omit<GenOptions, "maxTokens"> {
@@ -32,6 +38,7 @@ export function samplingOptions(args: SamplingArgs, rawArgs: string[], defaultTe
     minP: num(args["min-p"], "--min-p"),
     seed: int(args.seed, "--seed"),
     stop: repeatedValues(rawArgs, "--stop"),
+    acceptRule: acceptRule(args["accept-rule"]),
   };
   // The sampler checks ranges too, but names its own fields; say the flag here.
   if (o.topK !== undefined && o.topK < 0) throw new K3Error("USAGE", `--top-k must be ≥ 0, got ${args["top-k"]}`);
@@ -45,6 +52,12 @@ export function temperatureFlag(v: string | undefined, flag: string): number | u
   const t = num(v, flag);
   if (t !== undefined && t < 0) throw new K3Error("USAGE", `${flag} must be ≥ 0, got ${v}`);
   return t;
+}
+
+function acceptRule(v: string | undefined): "exact" | "rejection" | undefined {
+  if (v === undefined || v === "") return undefined;
+  if (v !== "exact" && v !== "rejection") throw new K3Error("USAGE", `--accept-rule must be exact or rejection, got "${v}"`);
+  return v;
 }
 
 function num(v: string | undefined, flag: string): number | undefined {

@@ -7,12 +7,13 @@ import { K3Error } from "../errors.ts";
 import type { MemoryPlan } from "../memory/plan.ts";
 import type { TrunkFormat } from "../memory/pack.ts";
 import { diffStats, zeroStats, type WeightStats } from "../model/weights.ts";
-import { verifyDrafts } from "../speculate/accept.ts";
 import { SpeculationCost, type PassCostPrior } from "../speculate/cost.ts";
-import type { Draft } from "../speculate/drafter.ts";
 import { NgramDrafter } from "../speculate/ngram.ts";
-import { parseSpeculate, Speculator, type SpeculateSetting } from "../speculate/speculator.ts";
-import type { GenerateOptions, GenerationStats, TokenEvent } from "../engine.ts";
+import { parseSpeculate, Speculator, type DrafterSlot, type Proposal, type SpeculateSetting } from "../speculate/speculator.ts";
+import type { RejectionSampler } from "../speculate/reject.ts";
+import { ModelDrafter } from "./model-drafter.ts";
+import { VerifyStep } from "./verify-step.ts";
+import type { DraftInfo, GenerateOptions, GenerationStats, TokenEvent } from "../engine.ts";
 import { WAIT_EVENT, type Passes } from "./passes.ts";
 import { replyStats } from "./reply-stats.ts";
 import type { Session } from "./session.ts";
@@ -24,6 +25,8 @@ export interface GenerationSetup {
   trunk: TrunkFormat;
   /** What a one-position decode pass is expected to read, before any is measured (passCostPrior). */
   costPrior: () => PassCostPrior;
+  /** The engine's draft model, for the stats. */
+  draft?: DraftInfo;
 }
 
 export class Generation {
@@ -44,11 +47,8 @@ export class Generation {
   private decodeMs = 0;
   private stepMs = 0;
   private logits!: Float32Array;
-  // Tokens the last verify pass decided, in order; `next` is the next one to emit. decided[0]
-  // follows the pass's first position, which the session already holds; decided[i ≥ 1] follows
-  // the kept draft decided[i − 1], which the session takes (model.keep) just before.
-  private decided: number[] = [];
-  private next = 0;
+  /** The last verify pass, while its decided tokens are being emitted (src/engine/verify-step.ts). */
+  private step?: VerifyStep;
   /** A verify pass whose trace rows wait for the number of positions kept. */
   private traced: number | undefined;
 
@@ -71,6 +71,8 @@ export class Generation {
     // A request asking for more drafts than the engine has room for is refused. Batched
     // generations speculate only where a verify pass cannot hold up others (batchedMaySpeculate);
     // elsewhere a request's setting has no effect, and is not checked.
+    if (opts.acceptRule !== undefined && opts.acceptRule !== "exact" && opts.acceptRule !== "rejection")
+      throw new K3Error("USAGE", `acceptRule must be "exact" or "rejection", got ${JSON.stringify(opts.acceptRule)}`);
     this.spec = this.batched && !batchedMaySpeculate(p.parallel) ? undefined : this.speculator();
   }
 
@@ -140,7 +142,7 @@ export class Generation {
       this.generated++;
       if (this.generated >= opts.maxTokens) break;
       if (session.position + session.pending.length > this.p.context) return "context";
-      if (this.next < this.decided.length) continue;
+      if (this.step && !this.step.done) continue;
       // Every decided token is out: other sessions' passes may run again (verifyPass held them).
       if (this.batched) this.p.batch.release(session.state);
       yield* this.decodePass();
@@ -151,17 +153,16 @@ export class Generation {
   /** The next token: one the last verify pass decided, else the pick from the last logits. */
   private nextToken(): number {
     // The logits of the last pass predict the token at the session's position (nothing pending).
-    if (this.next >= this.decided.length) return this.pick(this.logits, this.generated, this.session.position);
-    if (this.next > 0) {
-      // The pending token is an accepted draft: the session takes it (no weights read).
-      const s = performance.now();
-      this.p.model.keep(this.session.state);
-      this.session.pending = [];
-      this.stepMs = performance.now() - s;
-      this.decodeMs += this.stepMs;
-      this.extraTokens++;
-    }
-    return this.decided[this.next++]!;
+    const step = this.step;
+    if (!step || step.done) return this.pick(this.logits, this.generated, this.session.position);
+    if (step.taken === 0) return step.take(); // the pass's own token: its time is the pass's
+    // Later ones follow an accepted draft, which the session takes first (no weights read).
+    const s = performance.now();
+    const id = step.take();
+    this.stepMs = performance.now() - s;
+    this.decodeMs += this.stepMs;
+    this.extraTokens++;
+    return id;
   }
 
   /** The next decode pass: the pending token alone, or with drafts (a verify pass). */
@@ -169,25 +170,18 @@ export class Generation {
     const { p, session, spec } = this;
     this.flushTrace();
     const s = performance.now();
-    const draft: Draft = spec ? spec.propose(session.tokens, Math.min(p.context - session.position - 1, this.opts.maxTokens - this.generated - 1)) : { tokens: [] };
+    const draft: Proposal = spec ? spec.propose(session.tokens, Math.min(p.context - session.position - 1, this.opts.maxTokens - this.generated - 1)) : { tokens: [] };
     const bytesBefore = p.weights.stats();
     let accepted = 0;
-    if (draft.tokens.length === 0) {
-      this.logits = (yield* p.pass(session, session.pending.splice(0), true, "decode", this.batched, this.acc))!;
-      this.decided = [];
-    } else {
-      const pos0 = session.position;
-      const ids = [...session.pending.splice(0), ...draft.tokens];
-      const rows = yield* p.verifyPass(session, ids, this.batched, this.acc);
-      this.traced = pos0;
-      // Row i follows the pending token (at pos0) and i drafts: it predicts position pos0 + 1 + i,
-      // and the target picks there exactly as plain decoding would (the sampling contract).
-      const verdict = verifyDrafts((i) => this.pick(rows[i]!, this.generated + i, pos0 + 1 + i), draft);
-      this.decided = verdict.tokens;
-      accepted = verdict.accepted;
+    this.step = undefined;
+    if (draft.tokens.length === 0) this.logits = (yield* p.pass(session, session.pending.splice(0), true, "decode", this.batched, this.acc))!;
+    else {
+      const step = yield* VerifyStep.run(p, session, draft, (row, i, position) => this.pick(row, this.generated + i, position), this.batched, this.acc, this.rejection());
+      this.traced = step.pos0;
+      this.step = step;
+      accepted = step.accepted;
     }
-    this.next = 0;
-    spec?.observe(1 + draft.tokens.length, ...bytesSince(p.weights.stats(), bytesBefore), draft.tokens.length, accepted);
+    spec?.observe(1 + draft.tokens.length, ...bytesSince(p.weights.stats(), bytesBefore), draft.tokens.length, accepted, draft.by);
     this.decodeSteps++;
     this.stepMs = performance.now() - s;
     this.decodeMs += this.stepMs;
@@ -206,8 +200,31 @@ export class Generation {
     if (typeof setting === "number" && setting > room)
       throw new K3Error("USAGE", `speculate ${setting}: this engine has room for ${room} drafts per pass (opened with --speculate ${this.setup.speculate})`);
     if (setting === "off" || room === 0) return undefined;
-    session.speculationCost ??= new SpeculationCost(this.setup.costPrior());
-    return new Speculator(setting, room, opts.drafter ?? new NgramDrafter(), session.speculationCost, this.p.model.cfg.vocab);
+    const cost = (session.speculationCost ??= new SpeculationCost(this.setup.costPrior()));
+    return new Speculator(setting, room, this.drafters(cost), cost, this.p.model.cfg.vocab);
+  }
+
+  /**
+   * Who may draft: the caller's drafter alone (GenerateOptions.drafter), else the n-gram drafter
+   * (free: asked every step) and, when the engine has a draft model, the model drafter (priced per
+   * drafted token at one pass over the draft's weights, asked only when the cost model picks it).
+   */
+  private drafters(cost: SpeculationCost): DrafterSlot[] {
+    if (this.opts.drafter) return [{ drafter: this.opts.drafter, stepCost: 0 }];
+    const slots: DrafterSlot[] = [{ drafter: new NgramDrafter(), stepCost: 0 }];
+    const draft = this.p.draft;
+    const sampler = this.opts.sampler;
+    const pick = sampler && ((logits: Float32Array, position: number) => sampler.sample(logits, position));
+    if (draft) slots.push({ drafter: new ModelDrafter(draft, this.session.state, pick, this.rejection()), stepCost: cost.computeCost(draft.weightBytes), firstDrafts: 1 });
+    return slots;
+  }
+
+  /** The opt-in rejection rule's sampler (GenerateOptions.acceptRule "rejection" with a sampler
+   *  that exposes its weights), else undefined: exact match. */
+  private rejection(): RejectionSampler | undefined {
+    const s = this.opts.sampler;
+    if (this.opts.acceptRule !== "rejection" || !s?.weights || !s.uniform) return undefined;
+    return { sample: (l, p) => s.sample(l, p), weights: (l) => s.weights!(l), uniform: (p, st) => s.uniform!(p, st) };
   }
 
   /** The token at absolute `position` from the logits that predict it: checked finite first (never
@@ -236,6 +253,8 @@ export class Generation {
         // Per token decided by a decode pass: one per pass, plus the accepted drafts that were used.
         decodedTokens: this.decodeSteps + this.extraTokens,
         speculation: this.spec ? { ...this.spec.counters } : { draftedTokens: 0, acceptedTokens: 0, verifyPasses: 0 },
+        drafters: this.spec ? structuredClone(this.spec.byDrafter) : {},
+        draft: this.setup.draft,
         peakRssBytes: peakRssBytes(),
         trunk: this.setup.trunk,
       },

@@ -12,7 +12,10 @@ import { StreamingWeights } from "../memory/stream.ts";
 import { loadChecksums } from "../memory/verify.ts";
 import { findMirrorCopies, type MirrorCopies } from "../memory/mirrors.ts";
 import { HEDGE_BUFFERS } from "../memory/reader.ts";
-import { autoDrafts } from "../model/buffers.ts";
+import { autoDrafts, DEFAULT_MAX_DRAFTS } from "../model/buffers.ts";
+import { draftInFormat, placeDraft, type DraftSetup } from "../memory/draft-plan.ts";
+import { draftFormatsAvailable } from "../memory/draft-pack.ts";
+import { checkDraft, wantsDraft } from "./draft.ts";
 import { parseSpeculate, type SpeculateSetting } from "../speculate/speculator.ts";
 import type { EngineOptions } from "../engine.ts";
 
@@ -32,10 +35,12 @@ export interface EngineSizing {
   plan: MemoryPlan | undefined;
   /** Checked copies of shards in the `mirrors` folders (none without). */
   mirrors: MirrorCopies | undefined;
+  /** A draft model (--draft), checked against the target; the plan holds it. */
+  draft: DraftSetup | undefined;
 }
 
 /** The engine's sizes for `opts` on this checkpoint, with `threads` compute threads. */
-export function sizeEngine(checkpoint: Checkpoint, opts: EngineOptions, threads: number): EngineSizing {
+export function sizeEngine(k: Kernels, checkpoint: Checkpoint, opts: EngineOptions, threads: number): EngineSizing {
   const cfg = checkpoint.config;
   const context = contextFor(cfg, opts.context);
   // Without --chunk: the planner's choice under a budget (planSizing), the compute rule when resident.
@@ -55,9 +60,13 @@ export function sizeEngine(checkpoint: Checkpoint, opts: EngineOptions, threads:
   if (opts.resident && opts.mirrors?.length) throw new K3Error("USAGE", "--mirror is for streamed reads; --resident reads every weight once from the model folder");
   // Every copy is checked (size, header, mtime) before the plan: a differing one is refused now.
   const mirrors = opts.mirrors?.length ? findMirrorCopies(checkpoint, opts.mirrors) : undefined;
-  const sizing: EngineSizing = { context, chunk, speculate, drafts, parallel, prefixRam, trunk, pack, plan: undefined, mirrors };
-  if (opts.resident) return { ...sizing, drafts: withoutAutoDrafts(speculate, parallel, drafts) };
-  return planSizing(checkpoint, opts, threads, sizing, ramOpt === "auto");
+  const draft = wantsDraft(opts.draft) ? draftFor(k, checkpoint, opts.draft, context, speculate, parallel) : undefined;
+  const sizing: EngineSizing = { context, chunk, speculate, drafts, parallel, prefixRam, trunk, pack, plan: undefined, mirrors, draft };
+  const forced = opts.draftFormat === undefined || opts.draftFormat === "auto" ? undefined : opts.draftFormat;
+  if (opts.resident) return { ...sizing, drafts: withoutAutoDrafts(speculate, parallel, drafts), draft: draft && draftInFormat(draft, forced ?? "bf16") };
+  if (!draft) return planSizing(checkpoint, opts, threads, sizing, ramOpt === "auto");
+  const formats = forced ? [forced] : draftFormatsAvailable(draft.checkpoint);
+  return placeDraft(formats, (f) => planSizing(checkpoint, opts, threads, { ...sizing, draft: draftInFormat(draft, f) }, ramOpt === "auto"), (s) => s.plan!);
 }
 
 /** The plan under the budget, and the sizes it settles: parallel "auto", the prefix cache's
@@ -66,7 +75,7 @@ function planSizing(checkpoint: Checkpoint, opts: EngineOptions, threads: number
   const budget = resolveBudget(opts.preset, opts.ram);
   if (!budget.source.startsWith("auto") && !opts.allowOverRam) refuseOverRam(budget);
   const pieces = { ...opts.trunkPieces, tensors: s.pack?.tensors };
-  const input = planInputFromCensus(checkpoint.config, checkpoint.layout.census, budget.bytes, s.context, threads, opts.chunk, streamSlots(checkpoint, pieces), s.drafts);
+  const input = planInputFromCensus(checkpoint.config, checkpoint.layout.census, budget.bytes, s.context, threads, opts.chunk, streamSlots(checkpoint, pieces), s.drafts, { draft: s.draft?.plan });
   const parallel = opts.parallel === "auto" ? defaultParallel(input) : s.parallel;
   input.parallel = parallel;
   let drafts = withoutAutoDrafts(s.speculate, parallel, s.drafts);
@@ -80,6 +89,19 @@ function planSizing(checkpoint: Checkpoint, opts: EngineOptions, threads: number
   checkDrafts(s.speculate, chunk);
   if (input.drafts === undefined) drafts = autoDrafts(chunk);
   return { ...s, chunk, drafts, parallel, prefixRam, plan };
+}
+
+/**
+ * The draft of `--draft DIR`, checked against the target (before any weight is read but its
+ * embedding's sampled rows). It needs speculation on and one session per pass (batched
+ * generations of several sessions do not speculate yet: issue 27).
+ */
+function draftFor(k: Kernels, checkpoint: Checkpoint, dir: string, context: number, speculate: SpeculateSetting, parallel: number): DraftSetup {
+  if (speculate === "off") throw new K3Error("USAGE", `--draft ${dir} drafts for speculative decoding, which --speculate off turns off`, ["drop --draft, or use --speculate auto or N"]);
+  if (parallel > 1 && speculate === "auto")
+    throw new K3Error("USAGE", `--draft ${dir} with --parallel ${parallel}: generations batched with others do not speculate, so the draft would never run`, ["use --parallel 1 with a draft (batched speculation is not implemented yet)"]);
+  // The taps ring is sized for the most drafts a pass may verify: N, or --speculate auto's maximum.
+  return checkDraft(k, checkpoint, dir, context, typeof speculate === "number" ? speculate : DEFAULT_MAX_DRAFTS);
 }
 
 /** With several sessions per pass batched generation does not speculate (batchedMaySpeculate):

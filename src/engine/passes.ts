@@ -7,6 +7,7 @@ import type { PrefixCache } from "../batch/prefix-cache.ts";
 import { K3Error } from "../errors.ts";
 import type { Kernels } from "../kernels.ts";
 import type { TraceWriter } from "../memory/trace-writer.ts";
+import type { DraftModel } from "../model/draft.ts";
 import type { Model } from "../model/forward.ts";
 import { addStats, zeroStats, type WeightProvider, type WeightStats } from "../model/weights.ts";
 import type { TokenEvent } from "../engine.ts";
@@ -30,6 +31,8 @@ export class Passes {
     readonly context: number,
     /** Sessions that advance together in one batched pass (EngineOptions.parallel). */
     readonly parallel: number,
+    /** The draft model (EngineOptions.draft): the target's passes keep its cache in step. */
+    readonly draft?: DraftModel,
   ) {
     this.batch = new BatchScheduler((parts) => this.passOver(parts), model.rows, parallel, () => weights.stats());
   }
@@ -163,6 +166,7 @@ export class Passes {
     this.prefix?.persist();
     this.trace?.close();
     this.model.free();
+    this.draft?.free();
     this.weights.close();
   }
 }

@@ -4,7 +4,7 @@
 // channel, src/conversation.ts) joins its parts' counters here and derives them again, so the
 // CLI's stats line, `--json` and the server's `k3` object all read the same numbers.
 import { addStats } from "../model/weights.ts";
-import type { GenerationStats } from "../engine.ts";
+import type { GenerationStats, SpeculationCounters } from "../engine.ts";
 
 /** What a generation counts; GenerationStats is these plus what replyStats derives. */
 export type ReplyCounters = Omit<GenerationStats, "msPerToken" | "ioPerToken" | "tokensPerS">;
@@ -46,12 +46,16 @@ export function joinReplyStats(a: GenerationStats, b: GenerationStats): Generati
     decodeIo: addStats(a.decodeIo, b.io),
     decodeSteps: a.decodeSteps + 1 + b.decodeSteps,
     decodedTokens: a.decodedTokens + 1 + b.decodedTokens,
-    speculation: {
-      draftedTokens: a.speculation.draftedTokens + b.speculation.draftedTokens,
-      acceptedTokens: a.speculation.acceptedTokens + b.speculation.acceptedTokens,
-      verifyPasses: a.speculation.verifyPasses + b.speculation.verifyPasses,
-    },
+    speculation: addCounters(a.speculation, b.speculation),
+    drafters: Object.fromEntries([...new Set([...Object.keys(a.drafters), ...Object.keys(b.drafters)])].map((n) => [n, addCounters(a.drafters[n], b.drafters[n])])),
+    draft: a.draft,
     peakRssBytes: Math.max(a.peakRssBytes, b.peakRssBytes),
     trunk: a.trunk,
   });
+}
+
+const ZERO: SpeculationCounters = { draftedTokens: 0, acceptedTokens: 0, verifyPasses: 0 };
+/** Speculation counters of two runs, added (a drafter one run never used counts zero there). */
+function addCounters(a: SpeculationCounters = ZERO, b: SpeculationCounters = ZERO): SpeculationCounters {
+  return { draftedTokens: a.draftedTokens + b.draftedTokens, acceptedTokens: a.acceptedTokens + b.acceptedTokens, verifyPasses: a.verifyPasses + b.verifyPasses };
 }

@@ -38,6 +38,7 @@
 import { K3Error } from "../errors.ts";
 import type { ModelConfig } from "../checkpoint/types.ts";
 import { autoDrafts, forwardBufferBytes, kdaStateBytes, mlaCacheBytes, passShape } from "../model/buffers.ts";
+import type { DraftPlanInput } from "./draft-plan.ts";
 import { embedRowBufferBytes } from "./embed-rows.ts";
 import { formatBytes, formatBytesApart } from "../format.ts";
 import { gib } from "./ram.ts";
@@ -115,6 +116,7 @@ export interface PlanInput {
   parallel?: number; // sessions held at once, each with its own state (default 1)
   prefixCacheBytes?: number; // the prefix cache's RAM tier (default 0)
   hedgeBuffers?: number; // spare expert buffers for hedged reads (with --mirror; default 0)
+  draft?: DraftPlanInput; // a draft model (--draft): resident weights, per-session state, scratch, capture
 }
 
 /** The planner's input from a byte census (checkpoint or release metadata). */
@@ -127,7 +129,7 @@ export function planInputFromCensus(
   prefillChunk?: number,
   slots?: StreamSlots,
   drafts?: number,
-  sessions: { parallel?: number; prefixCacheBytes?: number } = {},
+  sessions: { parallel?: number; prefixCacheBytes?: number; draft?: DraftPlanInput } = {},
 ): PlanInput {
   return {
     cfg,
@@ -256,9 +258,10 @@ function fixedItems(input: PlanInput, chunk: number): PlanItem[] {
     },
     {
       name: "scratch",
-      bytes: forwardBufferBytes(cfg, passShape(chunk, P, contextTokens, drafts)),
-      note: `forward-pass buffers (src/model/buffers.ts) for ${chunk}-token chunks${P === 1 ? "" : ` + ${P - 1} decode rows`}${drafts > 0 ? `, verify passes of up to ${drafts} drafts` : ""}`,
+      bytes: forwardBufferBytes(cfg, passShape(chunk, P, contextTokens, drafts, input.draft?.taps ?? 0)),
+      note: `forward-pass buffers (src/model/buffers.ts) for ${chunk}-token chunks${P === 1 ? "" : ` + ${P - 1} decode rows`}${drafts > 0 ? `, verify passes of up to ${drafts} drafts` : ""}${input.draft ? `, capture of ${input.draft.taps} layers` : ""}`,
     },
+    ...draftItems(input.draft, P),
     ...(prefix > 0 ? [{ name: "prefix cache", bytes: prefix, note: "RAM tier: session snapshots keyed by token prefix" }] : []),
     ...(hedges > 0
       ? [{ name: "hedge buffers", bytes: hedges * (input.slots ?? censusSlots(input)).expertBytes, count: hedges, note: "spare expert buffers: a late read of a mirrored shard is read again into one (--mirror)" }]
@@ -267,6 +270,16 @@ function fixedItems(input: PlanInput, chunk: number): PlanItem[] {
 }
 
 const sum = (items: { bytes: number }[]): number => items.reduce((a, i) => a + i.bytes, 0);
+
+/** A draft model's lines (src/memory/draft-plan.ts): resident weights, one state per session, scratch. */
+function draftItems(d: DraftPlanInput | undefined, sessions: number): PlanItem[] {
+  if (!d) return [];
+  return [
+    { name: "draft", bytes: d.weightBytes, note: `${d.name} (${d.variant}, ${d.format}) resident${d.sharedEmbedding ? ", the target's embedding rows shared" : ", with its own embedding table"}` },
+    { name: "draft state", bytes: sessions * d.stateBytes, count: sessions, note: "latent cache for the context + taps ring, per session" },
+    { name: "draft scratch", bytes: d.scratchBytes, note: "the draft layer's buffers (src/model/buffers.ts)" },
+  ];
+}
 
 /** The smallest total any plan needs at this context: nothing pinned, the rings at their minimum
  *  (2 slots; 1 matrix slot for whole units), top-k expert slots. */
@@ -503,6 +516,7 @@ function refuseBelowFloor(input: PlanInput, chunk: number): void {
     maxContext > 0 ? `at this budget the context could be at most ${maxContext} tokens (--context ${maxContext})` : "no context length fits this budget",
     ...(parallelOf(input) > 1 ? [`${parallelOf(input)} parallel sessions: at most ${maxParallelAt(input, chunk)} fit this budget (--parallel)`] : []),
     ...((input.prefixCacheBytes ?? 0) > 0 ? [prefixCacheLimit(input, chunk)] : []),
+    ...(input.draft ? [`the draft ${input.draft.name} takes ${formatBytes(sum(draftItems(input.draft, parallelOf(input))))} (--draft none: without it)`] : []),
   ]);
 }
 

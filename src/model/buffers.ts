@@ -14,6 +14,7 @@
 //             allocated for it). A verify pass keeps the recurrence inputs of its drafted positions
 //             per KDA layer and runs their recurrence on one scratch copy of a layer's state, so
 //             rejected drafts are rolled back by not re-applying them (src/model/forward.ts).
+import type { DraftConfig } from "../checkpoint/draft-config.ts";
 import type { ModelConfig } from "../checkpoint/types.ts";
 import { loadKernels } from "../kernels.ts";
 import { allocationBytes, type CBuf, type CBuffers } from "./cmem.ts";
@@ -23,7 +24,13 @@ export interface ForwardShape {
   logitRows: number;
   context: number;
   drafts?: number;
+  /** Layers whose output (the prefix-sum stream) every row captures for a draft model (0: none). */
+  taps?: number;
 }
+
+/** Verify segments one pass may carry (src/model/rollback.ts: a record slot each). The engine
+ *  verifies one session per pass; batched speculation (issue 27) would raise it. */
+export const VERIFY_SLOTS = 1;
 
 /** Drafts per verify pass the planner and the engine assume unless told (`--speculate auto`). */
 export const DEFAULT_MAX_DRAFTS = 8;
@@ -37,8 +44,8 @@ export const autoDrafts = (chunk: number): number => Math.max(0, Math.min(DEFAUL
  * logit row per session, or 1 + drafts for a speculative verify pass (one session alone). One
  * session without speculation: `chunk` rows, one logit row.
  */
-export function passShape(chunk: number, parallel: number, context: number, drafts = 0): ForwardShape {
-  return { rows: chunk + parallel - 1, logitRows: Math.max(parallel, 1 + drafts), context, drafts };
+export function passShape(chunk: number, parallel: number, context: number, drafts = 0, taps = 0): ForwardShape {
+  return { rows: chunk + parallel - 1, logitRows: Math.max(parallel, 1 + drafts), context, drafts, taps };
 }
 
 type Elements = (c: ModelConfig, s: ForwardShape) => number;
@@ -112,10 +119,14 @@ export const FORWARD_BUFFERS = {
   final_x: perLogitRow((c) => c.hidden),
   logits: perLogitRow((c) => c.vocab),
   // speculative verify pass (drafts > 0): one KDA layer's state and conv history as scratch, and
-  // per KDA layer the conv and recurrence inputs of every drafted position: [kdaLayers][drafts][6P + H]
+  // per verify slot and KDA layer the conv and recurrence inputs of every drafted position:
+  // [VERIFY_SLOTS][kdaLayers][drafts][6P + H] (src/model/rollback.ts)
   spec_S: ifDrafts((c) => c.kdaHeads * c.kdaHeadDim * c.kdaHeadDim),
   spec_conv: ifDrafts((c) => 3 * (c.convKernel - 1) * kdaWidth(c)), // q, k, v histories
-  spec_inputs: ifDrafts((c, d) => kdaLayerCount(c) * d * draftInputWidth(c)),
+  spec_inputs: ifDrafts((c, d) => VERIFY_SLOTS * kdaLayerCount(c) * d * draftInputWidth(c)),
+  // a draft model's capture (taps > 0): the prefix-sum stream P after each tapped layer, for every
+  // row of the pass: [taps][rows][E] (src/model/forward.ts; the draft reads it after the pass)
+  taps: { elements: (c, s) => (s.taps ?? 0) * s.rows * c.hidden },
 } satisfies Record<string, Spec>;
 
 export type ForwardBufferName = keyof typeof FORWARD_BUFFERS;
@@ -158,4 +169,70 @@ export function kdaStateBytes(cfg: ModelConfig): number {
 /** Bytes of one MLA layer's cache as allocated. */
 export function mlaCacheBytes(cfg: ModelConfig, context: number): number {
   return allocationBytes(4 * mlaCacheElements(cfg, context));
+}
+
+// ---- the draft model (src/model/draft.ts, draft-state.ts): its scratch and one session's draft state ----
+
+/** The draft's scratch sizes: refill rows per batch (committed rows are built this many at a time),
+ *  one query row (the chain is sequential), the context its attention may span. */
+export interface DraftShape {
+  refillRows: number;
+  context: number;
+}
+
+/** Committed rows are built in batches of this many (the matmuls' efficient range; bounds the scratch). */
+export const DRAFT_REFILL_ROWS = 32;
+/** Positions a session's taps ring holds at least (draft-state.ts): an idle draft commits its rows
+ *  once per this many tokens. */
+export const DRAFT_WINDOW = 64;
+
+type Size = (d: DraftConfig, s: DraftShape) => number;
+const perRefill = (n: (d: DraftConfig) => number): Size => (d, s) => s.refillRows * n(d);
+const one = (n: (d: DraftConfig) => number): Size => (d) => n(d);
+const taps = (d: DraftConfig) => d.captureLayers.length;
+
+/** The draft's scratch (src/model/draft.ts), in allocation order. */
+export const DRAFT_BUFFERS = {
+  fcin: perRefill((d) => taps(d) * d.hidden), // [rows][taps·E]: the (normed) taps, fc's input
+  h: perRefill((d) => d.hidden), // fc's output (the row's hidden)
+  emb: perRefill((d) => d.hidden), // the rows' token embeddings
+  u: perRefill((d) => 2 * d.hidden), // [RMSNorm(e) | RMSNorm(h)]
+  ckv: perRefill((d) => d.kvLoraRank + d.qkRope), // kv_a's output, before the norm
+  hq: one((d) => d.hidden), // the query row's residual stream (h, r1, r2; the chain's feedback)
+  qa: one((d) => d.qLoraRank),
+  q: one((d) => d.heads * (d.qkNope + d.qkRope)),
+  att: one((d) => d.heads * d.vHead),
+  o: one((d) => d.hidden),
+  z: one((d) => d.hidden),
+  g: one((d) => d.intermediate),
+  up: one((d) => d.intermediate),
+  mlp: one((d) => d.hidden),
+  y: one((d) => d.hidden),
+  logits: one((d) => d.vocab),
+  mla_scratch: (d, s) => Number(loadKernels().k3_mla_scratch_floats(d.kvLoraRank, s.context)), // the target's MLA kernel, one slot per pool thread
+} satisfies Record<string, Size>;
+
+export type DraftBufferName = keyof typeof DRAFT_BUFFERS;
+export type DraftBuffers = { readonly [K in DraftBufferName]: CBuf };
+
+export function allocDraftBuffers(mem: CBuffers, d: DraftConfig, s: DraftShape): DraftBuffers {
+  const out: Partial<Record<DraftBufferName, CBuf>> = {};
+  for (const [name, size] of Object.entries(DRAFT_BUFFERS) as [DraftBufferName, Size][]) out[name] = mem.floats(size(d, s), `draft ${name}`);
+  return out as DraftBuffers;
+}
+
+/** Bytes allocDraftBuffers takes. */
+export function draftScratchBytes(d: DraftConfig, s: DraftShape): number {
+  return (Object.values(DRAFT_BUFFERS) as Size[]).reduce((a, size) => a + allocationBytes(4 * size(d, s)), 0);
+}
+
+/** Floats of one cache row: [c (R) | k_r (dr)]. */
+export const draftRowFloats = (d: DraftConfig) => d.kvLoraRank + d.qkRope;
+
+/** Positions of a session's taps ring for verify passes of up to `drafts` drafts. */
+export const draftWindow = (drafts: number) => Math.max(DRAFT_WINDOW, 2 * (1 + drafts));
+
+/** Bytes one session's draft state takes: the cache for `context` positions and the taps ring. */
+export function draftStateBytes(d: DraftConfig, context: number, drafts: number): number {
+  return allocationBytes(4 * context * draftRowFloats(d)) + allocationBytes(4 * taps(d) * draftWindow(drafts) * d.hidden);
 }

@@ -18,21 +18,17 @@
 // Speculative verify pass (docs/SPECULATION.md): `verify(state, [x, d_1 … d_k])` runs one pass
 // over 1 + k positions (the trunk read once, each distinct expert once) with logits at every
 // position. The session keeps x at once; each drafted position is kept later by `keep()`, in
-// order, as far as the drafts were accepted. Rollback reads no weights and copies no state:
-//   - KDA: x's recurrence and conv run on the real state; the drafted positions run on one
-//     scratch copy (spec_S, spec_conv: one layer's worth, reused by every layer), and their
-//     recurrence inputs (raw q, k, v before the conv; g; β: small) are kept per layer. keep()
-//     re-applies one position to the real state from those inputs (conv, L2 norm, recurrence:
-//     compute only), with the same kernels on the same inputs, so the state is bit-identical
-//     to what plain decoding of the kept tokens leaves;
-//   - MLA: the pass wrote cache rows for every position; rows past the kept ones are never read
-//     (attention reads rows < pos + T of the pass that rewrites them) and never saved;
-//   - position and history advance per kept token.
+// order, as far as the drafts were accepted. Rollback reads no weights and copies no state: the
+// drafted rows' KDA conv and recurrence run on scratch copies and their inputs are recorded, so
+// keep() re-applies one position from them (src/model/rollback.ts has the bookkeeping and why it
+// is bit-identical); MLA rows past the kept ones are never read.
 import { K3Error } from "../errors.ts";
 import type { ModelConfig } from "../checkpoint/types.ts";
 import { kernelLimits, K3_STATUS, type Kernels } from "../kernels.ts";
-import { allocForwardBuffers, bankSlots, draftInputWidth, passShape, type ForwardBuffers } from "./buffers.ts";
+import { allocForwardBuffers, bankSlots, passShape, VERIFY_SLOTS, type ForwardBuffers } from "./buffers.ts";
 import { at, CBuffers, type Addr, type CBuf } from "./cmem.ts";
+import { checkShape, matmulRows, matmulStatus } from "./matmul.ts";
+import { RECORD, Rollback } from "./rollback.ts";
 import type { SessionState } from "./state.ts";
 import type { LayerRef, TensorRef, WeightProvider } from "./weights.ts";
 
@@ -49,10 +45,31 @@ export interface Segment {
 }
 
 /** A segment placed in the pass: rows [row0, row0 + ids.length); `verify`: a speculative verify
- *  segment (rows 1.. are drafts, see the header). */
+ *  segment (rows 1.. are drafts, see the header), by its rollback slot. */
 interface Placed extends Segment {
   row0: number;
-  verify?: boolean;
+  verify?: number;
+}
+
+/** One segment of a finished pass, for a draft model: its session (already advanced), tokens, first
+ *  row in the pass and first position; a verify segment kept only its first row so far. */
+export interface PassRows {
+  state: SessionState;
+  ids: readonly number[];
+  row0: number;
+  pos0: number;
+  verify: boolean;
+}
+
+/** Where a pass left its captured streams: tap j of row r at ptr + (j·tapFloats + r·E)·4. */
+export interface PassTaps {
+  ptr: Addr;
+  tapFloats: number;
+}
+
+/** Who reads the captured rows after each pass (src/model/draft.ts keeps its cache in step). */
+export interface TapSink {
+  afterPass(segments: PassRows[], taps: PassTaps): void;
 }
 
 /** Which experts each token of a chunk uses, as the router decided (for traces and stats). */
@@ -91,10 +108,12 @@ export class Model {
   /** Rows one pass holds (src/model/buffers.ts passShape). */
   readonly rows: number;
 
-  /** KDA layer L's index among KDA layers (rows of spec_inputs), −1 for MLA layers. */
-  private readonly kdaIndex: number[];
-  /** The last verify pass, while its drafted positions may still be kept. */
-  private pass?: { state: SessionState; ids: number[]; pos0: number; kept: number };
+  /** The verify segments of the last pass and their recorded inputs (src/model/rollback.ts). */
+  private readonly rollback: Rollback;
+  /** Per zero-based layer L: which tap its output P fills (−1: none). */
+  private readonly tapAfter: number[];
+  /** Told after every pass where each segment's captured rows are (a draft model's cache follows the target's). */
+  tapSink?: TapSink;
 
   constructor(
     private k: Kernels,
@@ -106,16 +125,20 @@ export class Model {
     readonly drafts = 0,
     /** Sessions one pass may carry (a logit row each, and a decode row each besides a chunk). */
     readonly parallel = 1,
+    /** One-based completed-layer ids whose prefix-sum stream every row captures for a draft model
+     *  (id k: the stream P after zero-based layer k − 1, DRAFTERS.md §2.3); [] captures nothing. */
+    readonly tapLayers: readonly number[] = [],
   ) {
     if (!Number.isInteger(chunk) || chunk < 1) throw new K3Error("USAGE", `prefill chunk must be ≥ 1, got ${chunk}`);
     if (!Number.isInteger(drafts) || drafts < 0) throw new K3Error("USAGE", `drafts per pass must be an integer ≥ 0, got ${drafts}`);
     if (!Number.isInteger(parallel) || parallel < 1) throw new K3Error("USAGE", `parallel sessions must be ≥ 1, got ${parallel}`);
     if (1 + drafts > chunk) throw new K3Error("USAGE", `a verify pass of 1 + ${drafts} positions does not fit a ${chunk}-token chunk`, [`use --chunk ${1 + drafts} or more, or fewer drafts per pass`]);
     checkKernelLimits(k, cfg);
-    let kdas = 0;
-    this.kdaIndex = cfg.layerKinds.map((kind) => (kind === "kda" ? kdas++ : -1));
+    const bad = tapLayers.filter((id, i) => !Number.isInteger(id) || id < 1 || id > cfg.numLayers || (i > 0 && id <= tapLayers[i - 1]!));
+    if (bad.length) throw new K3Error("INTERNAL", `capture layer ids ${JSON.stringify(tapLayers)}: one-based, ascending, within 1..${cfg.numLayers}`);
+    this.tapAfter = cfg.layerKinds.map((_, L) => tapLayers.indexOf(L + 1));
     this.mem = new CBuffers(k);
-    const shape = passShape(chunk, parallel, maxContext, drafts);
+    const shape = passShape(chunk, parallel, maxContext, drafts, tapLayers.length);
     this.rows = shape.rows;
     try {
       this.b = allocForwardBuffers(this.mem, cfg, shape);
@@ -123,6 +146,7 @@ export class Model {
       this.mem.free();
       throw err;
     }
+    this.rollback = new Rollback(k, cfg, this.b, drafts, VERIFY_SLOTS);
     this.logitsView = this.b.logits.f32().subarray(0, cfg.vocab);
     this.idxView = this.b.router_idx.i32();
     this.wView = this.b.router_w.f32();
@@ -161,7 +185,7 @@ export class Model {
    */
   forward(state: SessionState, ids: number[], opts: { logits?: boolean } = {}): Float32Array | null {
     this.check(state, ids);
-    this.pass = undefined;
+    this.rollback.newPass();
     const wantLogits = opts.logits ?? true;
     try {
       let lastT = 0;
@@ -189,16 +213,16 @@ export class Model {
    */
   verify(state: SessionState, ids: number[]): Float32Array[] {
     this.check(state, ids);
-    this.pass = undefined;
+    this.rollback.newPass();
     if (ids.length > 1 + this.drafts) throw new K3Error("INTERNAL", `verify pass of ${ids.length} positions, the model has room for 1 + ${this.drafts}`);
     try {
       this.w.setHeadNext?.(true);
-      const pos0 = state.pos;
-      this.forwardSegments([{ state, ids, row0: 0, verify: true }]);
+      const slot = this.rollback.open(state, ids);
+      this.forwardSegments([{ state, ids, row0: 0, verify: slot }]);
       this.finalLogits(ids.map((_, t) => t));
-      this.pass = { state, ids: ids.slice(), pos0, kept: 0 };
     } catch (err) {
       state.dirty = true;
+      this.rollback.newPass();
       throw err;
     }
     const V = this.cfg.vocab;
@@ -208,50 +232,16 @@ export class Model {
 
   /** Drafted positions of the last verify pass not kept yet (0 when there is none). */
   keepable(state: SessionState): number {
-    const v = this.pass;
-    if (!v || v.state !== state || state.freed || state.dirty || state.pos !== v.pos0 + 1 + v.kept) return 0;
-    return v.ids.length - 1 - v.kept;
+    return this.rollback.keepable(state);
   }
 
   /**
-   * Keep the next drafted position of the last verify pass: re-apply its KDA conv and recurrence
-   * to the real state from the inputs the pass kept (no weights read), then advance position and
-   * history. The MLA cache row is already there.
+   * Keep the next drafted position of the last verify pass: its KDA conv and recurrence re-applied
+   * to the real state from the inputs the pass recorded (no weights read), position and history
+   * advanced. The MLA cache row is already there.
    */
   keep(state: SessionState): void {
-    if (this.keepable(state) < 1) throw new K3Error("INTERNAL", "no verified position left to keep (another pass ran, or the session changed)");
-    const v = this.pass!;
-    const k = this.k;
-    const c = this.cfg;
-    const b = this.b;
-    const H = c.kdaHeads;
-    const D = c.kdaHeadDim;
-    const P = H * D;
-    const hist = c.convKernel - 1;
-    const j = v.kept; // draft index: row j + 1 of the pass
-    for (let L = 0; L < c.numLayers; L++) {
-      const li = this.kdaIndex[L]!;
-      if (li < 0) continue;
-      const st = state.kda[L]!;
-      const rec = this.draftRecord(li, j);
-      // Conv history ← the last `hist` raw inputs (what k3_kda_conv_silu leaves), oldest first.
-      [st.convQ, st.convK, st.convV].forEach((h, n) => {
-        for (let r = 0; r + 1 < hist; r++) k.k3_mem_copy(at(h.ptr, r * P * F), at(h.ptr, (r + 1) * P * F), P * F);
-        k.k3_mem_copy(at(h.ptr, (hist - 1) * P * F), at(rec, n * P * F), P * F);
-      });
-      // S ← one delta-rule step with k̂, v̂, g, β of this position (the output o is not needed: k̂
-      // stands in for q, and o lands in scratch).
-      const kHat = at(rec, 3 * P * F);
-      this.checked("k3_kda_recurrent", k.k3_kda_recurrent(kHat, kHat, at(rec, 4 * P * F), at(rec, 5 * P * F), at(rec, 6 * P * F), st.S.ptr, b.kda_o.ptr, H, D, 1), `layer ${L}`);
-    }
-    v.kept++;
-    state.pos++;
-    state.history.push(v.ids[j + 1]!);
-  }
-
-  /** Where drafted position j of KDA layer li keeps its inputs: [q | k | v | k̂ | v̂ | g] (P each), β (H). */
-  private draftRecord(li: number, j: number): number {
-    return this.b.spec_inputs.ptr + (li * this.drafts + j) * draftInputWidth(this.cfg) * F;
+    this.rollback.keep(state, this.b.kda_o.ptr);
   }
 
   /**
@@ -272,7 +262,7 @@ export class Model {
       rows += seg.ids.length;
     }
     if (rows > this.rows) throw new K3Error("INTERNAL", `a pass of ${rows} rows, the model holds ${this.rows}`);
-    this.pass = undefined;
+    this.rollback.newPass();
     const wanted = placed.filter((p) => p.logits);
     try {
       this.w.setHeadNext?.(wanted.length > 0);
@@ -336,6 +326,10 @@ export class Model {
         else this.moe(lw, L, T);
         // 8. P = P + m
         k.k3_add(b.P.ptr, b.m.ptr, T * E);
+        // Capture: the layer's output is P, the prefix-sum stream (DRAFTERS.md §2.3: after the MLP
+        // add, before the next layer's block boundary resets it; not the AttnRes mix).
+        const tap = this.tapAfter[L]!;
+        if (tap >= 0) k.k3_mem_copy(at(b.taps.ptr, tap * this.rows * E * F), b.P.ptr, rowsBytes);
       } finally {
         this.w.releaseLayer(L);
       }
@@ -344,12 +338,15 @@ export class Model {
     }
     this.nBankFinal = nBank;
     this.rowsFinal = T;
+    const passed: PassRows[] = [];
     for (const seg of segs) {
       // A verify segment keeps its first position now, the drafted ones through keep().
-      const kept = seg.verify ? 1 : seg.ids.length;
+      const kept = seg.verify !== undefined ? 1 : seg.ids.length;
+      passed.push({ state: seg.state, ids: seg.ids, row0: seg.row0, pos0: seg.state.pos, verify: seg.verify !== undefined });
       seg.state.pos += kept;
       for (let t = 0; t < kept; t++) seg.state.history.push(seg.ids[t]!);
     }
+    if (this.tapSink && this.tapLayers.length) this.tapSink.afterPass(passed, { ptr: b.taps.ptr, tapFloats: this.rows * E });
   }
 
   /**
@@ -427,34 +424,12 @@ export class Model {
    * of Y (ldy = rows). The shape the pass multiplies by must be the tensor's.
    */
   private mm(W: TensorRef, X: Addr, Y: Addr, rows: number, cols: number, T: number): void {
-    if (W.shape.length !== 2 || W.shape[0] !== rows || W.shape[1] !== cols)
-      throw new K3Error("INTERNAL", `${W.name} is [${W.shape.join(", ")}], the forward pass multiplies it as [${rows}, ${cols}]`);
-    if (!W.rowSlices) return this.mmRows(W, W.ptr, W.scales, X, Y, rows, rows, T);
+    checkShape(W, rows, cols, "the forward pass");
+    if (!W.rowSlices) return matmulRows(this.k, W, W.ptr, W.scales, X, Y, rows, rows, T);
     W.rowSlices.forEach((_, i) => {
       const s = W.slice!(i);
-      this.mmRows(W, s.ptr, s.scales, X, at(Y, s.r0 * F), rows, s.r1 - s.r0, T);
+      matmulRows(this.k, W, s.ptr, s.scales, X, at(Y, s.r0 * F), rows, s.r1 - s.r0, T);
     });
-  }
-
-  /** `n` rows of W (all, or one slice) for T tokens: Y row t at Y + t·ldy. */
-  private mmRows(W: TensorRef, ptr: Addr, S: Addr | undefined, X: Addr, Y: Addr, ldy: number, n: number, T: number): void {
-    const k = this.k;
-    const cols = W.shape[1]!;
-    let status: number;
-    if (W.dtype === "BF16") status = k.k3_matmul_bf16(ptr, X, cols, Y, ldy, n, cols, T);
-    else if (W.dtype === "Q8") status = k.k3_matmul_q8(ptr, S!, X, cols, Y, ldy, n, cols, T);
-    else if (W.dtype === "Q4") status = k.k3_matmul_q4(ptr, S!, X, cols, Y, ldy, n, cols, T);
-    else throw new K3Error("INTERNAL", `${W.name}: no matmul for ${W.dtype} weights`);
-    this.matmulStatus(status, `${W.name} (${W.dtype} [${W.shape.join(", ")}]${n < W.shape[0]! ? `, a slice of ${n} rows` : ""})`, T);
-  }
-
-  /** A matmul's status: a refusal names the matrix and its shape (a format or size the kernels
-   *  do not handle: every K3 matrix is one they do, so the file holds something else). */
-  private matmulStatus(status: number, what: string, T: number): void {
-    if (status === K3_STATUS.ok) return;
-    throw new K3Error("CHECKPOINT", `${what}: the matmul kernel refused it for ${T} token${T === 1 ? "" : "s"} (status ${status})`, [
-      "its columns must be a multiple of 32 for MXFP4 and int8/int4 weights (kernels/k3.h); check the checkpoint or re-pack the trunk",
-    ]);
   }
 
   /**
@@ -474,21 +449,18 @@ export class Model {
     const x = b.xn.ptr;
     const t = (s: string) => lw.t(`self_attn.${s}`).ptr;
     const w = (s: string) => lw.t(`self_attn.${s}`); // a matrix: asked for right before its product
-    const li = this.kdaIndex[L]!;
-    const rowBytes = P * F;
     // 1. q, k, v projections, [T][P]
     this.mm(w("q_proj.weight"), x, b.kda_q.ptr, P, E, T);
     this.mm(w("k_proj.weight"), x, b.kda_k.ptr, P, E, T);
     this.mm(w("v_proj.weight"), x, b.kda_v.ptr, P, E, T);
-    // A verify segment's drafted rows (row0 + 1 …) keep their inputs in spec_inputs.
-    const save = (seg: Placed, from: Addr, slot: number, bytes = rowBytes) => {
-      if (!seg.verify) return;
-      for (let j = 0; j + 1 < seg.ids.length; j++) k.k3_mem_copy(at(this.draftRecord(li, j), slot * rowBytes), at(from, (seg.row0 + j + 1) * bytes), bytes);
+    // A verify segment's drafted rows (row0 + 1 …) record their inputs (rollback.ts).
+    const save = (seg: Placed, from: Addr, field: number, width = P) => {
+      if (seg.verify !== undefined) this.rollback.save(seg.verify, L, field, from, seg.row0, seg.ids.length, width);
     };
     for (const seg of segs) {
-      save(seg, b.kda_q.ptr, 0);
-      save(seg, b.kda_k.ptr, 1);
-      save(seg, b.kda_v.ptr, 2);
+      save(seg, b.kda_q.ptr, RECORD.q);
+      save(seg, b.kda_k.ptr, RECORD.k);
+      save(seg, b.kda_v.ptr, RECORD.v);
     }
     // 2. causal short conv (width 4, history carried across calls) + SiLU, per session
     this.kdaConv(segs, L, t);
@@ -503,10 +475,10 @@ export class Model {
     this.mm(w("b_proj.weight"), x, b.kda_beta.ptr, H, E, T);
     k.k3_sigmoid(b.kda_beta.ptr, T * H);
     for (const seg of segs) {
-      save(seg, b.kda_k.ptr, 3);
-      save(seg, b.kda_v.ptr, 4);
-      save(seg, b.kda_g.ptr, 5);
-      save(seg, b.kda_beta.ptr, 6, H * F);
+      save(seg, b.kda_k.ptr, RECORD.kHat);
+      save(seg, b.kda_v.ptr, RECORD.vHat);
+      save(seg, b.kda_g.ptr, RECORD.g);
+      save(seg, b.kda_beta.ptr, RECORD.beta, H);
     }
     // 6. delta rule: decay, update, then read o from the UPDATED state — per session
     this.kdaRecurrence(segs, L);
@@ -532,14 +504,11 @@ export class Model {
     };
     for (const seg of segs) {
       const st = this.kdaState(seg.state, L);
-      const drafted = seg.verify ? seg.ids.length - 1 : 0;
+      const drafted = seg.verify !== undefined ? seg.ids.length - 1 : 0;
       if (drafted === 0) conv(seg.row0, seg.ids.length, st.convQ.ptr, st.convK.ptr, st.convV.ptr);
       else {
         conv(seg.row0, 1, st.convQ.ptr, st.convK.ptr, st.convV.ptr);
-        const hb = (this.cfg.convKernel - 1) * rowBytes; // one history: [width − 1][P]
-        const scratch = (n: number) => at(b.spec_conv.ptr, n * hb);
-        [st.convQ, st.convK, st.convV].forEach((h, n) => k.k3_mem_copy(scratch(n), h.ptr, hb));
-        conv(seg.row0 + 1, drafted, scratch(0), scratch(1), scratch(2));
+        conv(seg.row0 + 1, drafted, ...this.rollback.scratchConv(st));
       }
     }
   }
@@ -557,12 +526,11 @@ export class Model {
       const row = (buf: CBuf, r: number, width = P) => at(buf.ptr, r * width * F);
       const rec = (r: number, n: number, S: Addr) =>
         this.checked("k3_kda_recurrent", k.k3_kda_recurrent(row(b.kda_q, r), row(b.kda_k, r), row(b.kda_v, r), row(b.kda_g, r), row(b.kda_beta, r, H), S, row(b.kda_o, r), H, D, n), `layer ${L}`);
-      const drafted = seg.verify ? seg.ids.length - 1 : 0;
+      const drafted = seg.verify !== undefined ? seg.ids.length - 1 : 0;
       if (drafted === 0) rec(seg.row0, seg.ids.length, st.S.ptr);
       else {
         rec(seg.row0, 1, st.S.ptr);
-        k.k3_mem_copy(b.spec_S.ptr, st.S.ptr, H * D * D * F);
-        rec(seg.row0 + 1, drafted, b.spec_S.ptr);
+        rec(seg.row0 + 1, drafted, this.rollback.scratchState(st));
       }
     }
   }
@@ -680,10 +648,10 @@ export class Model {
           k.k3_mem_copy(at(b.xe.ptr, i * lat * F), at(b.z.ptr, tok * lat * F), lat * F);
         }
         const ex = (w: string, rows: number, cols: number) => `layer ${L} expert ${expert} ${w} (MXFP4 [${rows}, ${cols}])`;
-        this.matmulStatus(k.k3_matmul_mxfp4(ref.w1p, ref.w1s, b.xe.ptr, lat, b.ge.ptr, c.moeInter, c.moeInter, lat, ne), ex("w1", c.moeInter, lat), ne);
-        this.matmulStatus(k.k3_matmul_mxfp4(ref.w3p, ref.w3s, b.xe.ptr, lat, b.ue.ptr, c.moeInter, c.moeInter, lat, ne), ex("w3", c.moeInter, lat), ne);
+        matmulStatus(k.k3_matmul_mxfp4(ref.w1p, ref.w1s, b.xe.ptr, lat, b.ge.ptr, c.moeInter, c.moeInter, lat, ne), ex("w1", c.moeInter, lat), ne);
+        matmulStatus(k.k3_matmul_mxfp4(ref.w3p, ref.w3s, b.xe.ptr, lat, b.ue.ptr, c.moeInter, c.moeInter, lat, ne), ex("w3", c.moeInter, lat), ne);
         k.k3_situ_glu(b.ge.ptr, b.ue.ptr, b.ge.ptr, ne * c.moeInter, c.situBeta, c.situLinearBeta);
-        this.matmulStatus(k.k3_matmul_mxfp4(ref.w2p, ref.w2s, b.ge.ptr, c.moeInter, b.ye.ptr, lat, lat, c.moeInter, ne), ex("w2", lat, c.moeInter), ne);
+        matmulStatus(k.k3_matmul_mxfp4(ref.w2p, ref.w2s, b.ge.ptr, c.moeInter, b.ye.ptr, lat, lat, c.moeInter, ne), ex("w2", lat, c.moeInter), ne);
         for (let i = 0; i < ne; i++) k.k3_mem_copy(at(b.yall.ptr, slots[i]! * lat * F), at(b.ye.ptr, i * lat * F), lat * F);
       }
     } finally {

@@ -9,6 +9,7 @@ import type { ModelConfig } from "../checkpoint/types.ts";
 import type { Kernels } from "../kernels.ts";
 import { KDA_STATE, mlaCacheElements } from "./buffers.ts";
 import { CBuffers, type CBuf } from "./cmem.ts";
+import type { DraftState } from "./draft-state.ts";
 
 export interface KdaState {
   S: CBuf;
@@ -28,6 +29,9 @@ export class SessionState {
   pos = 0;
   /** Every token id processed so far, in order. */
   readonly history: number[] = [];
+  /** The draft model's cache for this session, when the engine has a draft (src/model/draft.ts):
+   *  not part of the saved state (a restored session drafts from its next pass on). */
+  draft?: DraftState;
   private mem: CBuffers;
 
   constructor(
@@ -78,10 +82,11 @@ export class SessionState {
     this.pos = 0;
     this.history.length = 0;
     this.dirty = false;
+    this.draft?.reset();
   }
 
   get bytes(): number {
-    return this.mem.totalBytes;
+    return this.mem.totalBytes + (this.draft?.bytes ?? 0);
   }
 
   /** True once free() ran: the buffers are gone and any use would touch freed memory. */
@@ -95,6 +100,8 @@ export class SessionState {
 
   free(): void {
     this.mem.free();
+    this.draft?.free();
+    this.draft = undefined;
     this.freed = true;
   }
 }

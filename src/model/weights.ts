@@ -173,3 +173,16 @@ export interface WeightProvider {
   readonly ioThreads?: number;
   close(): void;
 }
+
+/** A draft model's tensor in a file (its safetensors, or a draft pack), read resident at open
+ *  (src/model/draft-weights.ts; the planner sums the same list, src/memory/draft-plan.ts). */
+export interface DraftTensorSource {
+  name: string;
+  file: string;
+  offset: number;
+  bytes: number;
+  dtype: TensorRef["dtype"];
+  shape: number[];
+  /** Q8/Q4: the scales' range in the same file. */
+  scales?: { offset: number; bytes: number };
+}

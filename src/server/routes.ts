@@ -1,6 +1,6 @@
 // The route table: each path pattern and its handlers by method. HEAD is answered by the GET
 // handler (Bun sends the headers without the body); a known path with another method is 405.
-import { batchStatsJson, engineStatsJson, prefixCacheJson } from "../report.ts";
+import { batchStatsJson, draftJson, engineStatsJson, prefixCacheJson } from "../report.ts";
 import type { ServerContext } from "./context.ts";
 import { chat, completion } from "./generation.ts";
 import { METRICS_CONTENT_TYPE, metricsText } from "./metrics.ts";
@@ -16,7 +16,8 @@ export interface Route {
   public?: boolean;
 }
 
-// `trunk`: which trunk weights answer ("bf16": the release's, exact; "int8"/"int4": packed, lossy).
+// `trunk`: which trunk weights answer ("bf16": the release's, exact; "int8"/"int4": packed, lossy);
+// `draft`: the draft model speculation may verify (--draft; null without one; never changes output).
 // `k3`: what a client (the chat page) can offer its user: whether this is the demo model, the
 // defaults a request gets, and the speculation a request may choose (docs/SERVER.md).
 const modelJson = (ctx: ServerContext) => ({
@@ -26,6 +27,7 @@ const modelJson = (ctx: ServerContext) => ({
   owned_by: "k3",
   max_model_len: ctx.engine.context,
   trunk: ctx.engine.trunk,
+  draft: draftJson(ctx.engine.draft),
   k3: {
     demo: ctx.demo,
     parallel: ctx.engine.parallel,
@@ -64,6 +66,7 @@ export const ROUTES: Record<string, Route> = {
       const c = ctx.counters;
       return Response.json({
         model: ctx.names.id,
+        draft: draftJson(ctx.engine.draft),
         engine: engineStatsJson(ctx.engine.stats()),
         server: {
           requests: c.requests,

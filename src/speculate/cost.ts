@@ -107,6 +107,11 @@ export function expectedTokens(a: number, k: number): number {
  * plain decoding (1 / cost(1)) by the factor 1 + margin.
  */
 export function bestDraftLength(a: number, maxK: number, cost: (T: number) => number, margin: number): number {
+  return bestDraft(a, maxK, cost, margin).k;
+}
+
+/** bestDraftLength with the rate it reaches (tokens per bytes-equivalent; k = 0: plain decoding's). */
+export function bestDraft(a: number, maxK: number, cost: (T: number) => number, margin: number): { k: number; rate: number } {
   let best = 0;
   let bestRate = (1 + margin) / cost(1);
   for (let k = 1; k <= maxK; k++) {
@@ -116,7 +121,31 @@ export function bestDraftLength(a: number, maxK: number, cost: (T: number) => nu
       bestRate = rate;
     }
   }
-  return best;
+  return { k: best, rate: best === 0 ? 1 / cost(1) : bestRate };
+}
+
+/** One drafter's evidence in a session (docs/SPECULATION.md §5): its acceptance and slow start. */
+export class DrafterLane {
+  readonly acceptance: AcceptanceRate;
+  /** Slow start: the most drafts the next pass may verify (see the file comment). */
+  ramp: number;
+  constructor(opts: LaneOptions = {}, defaults: CostModelOptions = {}) {
+    this.acceptance = new AcceptanceRate(opts.priorAcceptance ?? defaults.priorAcceptance ?? 0.7, opts.priorTrials ?? defaults.priorTrials ?? 2, defaults.decay ?? 0.99);
+    this.ramp = opts.firstDrafts ?? 2;
+  }
+
+  /** A verify pass kept `accepted` of `drafted` drafts: acceptance and the slow-start cap. */
+  observeVerdict(drafted: number, accepted: number): void {
+    this.acceptance.record(drafted, accepted);
+    this.ramp = Math.max(1, 2 * accepted);
+  }
+}
+
+export interface LaneOptions {
+  priorAcceptance?: number;
+  priorTrials?: number;
+  /** Drafts the first verify pass may check (slow start; default 2). */
+  firstDrafts?: number;
 }
 
 interface Measured {
@@ -125,24 +154,33 @@ interface Measured {
   passes: number;
 }
 
-/** Per-session speculation policy: measured pass bytes per T, acceptance, and the decision. */
+/** Per-session speculation policy: measured pass bytes per T, each drafter's acceptance, and the decision. */
 export class SpeculationCost {
-  readonly acceptance: AcceptanceRate;
   private readonly measured = new Map<number, Measured>();
   private readonly kappa: number;
   private readonly mu: number;
   private readonly margin: number;
-  /** Slow start: the most drafts the next pass may verify (see the file comment). */
-  private ramp = 2;
+  private readonly lanes = new Map<string, DrafterLane>();
 
   constructor(
     private readonly prior: PassCostPrior,
-    opts: CostModelOptions = {},
+    private readonly opts: CostModelOptions = {},
   ) {
     this.kappa = opts.computeWeight ?? 0.1;
     this.mu = opts.extraPositionCompute ?? 0.5;
     this.margin = opts.margin ?? 0.05;
-    this.acceptance = new AcceptanceRate(opts.priorAcceptance ?? 0.7, opts.priorTrials ?? 2, opts.decay ?? 0.99);
+  }
+
+  /** Drafter `name`'s lane (made on first use with `opts`). */
+  lane(name: string, opts: LaneOptions = {}): DrafterLane {
+    let l = this.lanes.get(name);
+    if (!l) this.lanes.set(name, (l = new DrafterLane(opts, this.opts)));
+    return l;
+  }
+
+  /** The single-drafter view (the lane DEFAULT_LANE): its acceptance. */
+  get acceptance(): AcceptanceRate {
+    return this.lane(DEFAULT_LANE).acceptance;
   }
 
   /** Bytes a pass of T positions read (from the engine's counters). Running mean per T. */
@@ -167,12 +205,17 @@ export class SpeculationCost {
     return (N * (1 - Math.pow(1 - K / N, T))) / K;
   }
 
-  /** Predicted disk bytes of a T-position pass. */
+  /** Predicted disk bytes of a T-position pass: measured, else scaled from the measured pass size
+   *  nearest to T (its trunk bytes, its expert bytes × D(T)/D(T')), else the planner's prior. A
+   *  prior must never stand next to a measurement: a session that only ever verifies would compare
+   *  its measured 2-position passes with an estimate of a 1-position pass it never ran. */
   diskBytes(T: number): number {
     const m = this.measured.get(T);
     if (m) return m.trunk + m.expert;
-    const one = this.measured.get(1) ?? { trunk: this.prior.trunkBytes, expert: this.prior.expertBytes };
-    return one.trunk + one.expert * this.distinctRatio(T);
+    let near: [number, Measured] | undefined;
+    for (const e of this.measured) if (!near || Math.abs(e[0] - T) < Math.abs(near[0] - T) || (Math.abs(e[0] - T) === Math.abs(near[0] - T) && e[0] < near[0])) near = e;
+    if (!near) return this.prior.trunkBytes + this.prior.expertBytes * this.distinctRatio(T);
+    return near[1].trunk + (near[1].expert * this.distinctRatio(T)) / this.distinctRatio(near[0]);
   }
 
   /** Predicted cost of a T-position pass (bytes-equivalent). */
@@ -180,15 +223,39 @@ export class SpeculationCost {
     return this.diskBytes(T) + this.kappa * this.prior.activeBytes * (1 + this.mu * (T - 1));
   }
 
-  /** How many of the `proposed` drafts to verify this step (0 = decode plainly). */
-  draftLength(proposed: number): number {
-    if (proposed < 1) return 0;
-    return bestDraftLength(this.acceptance.rate, Math.min(proposed, this.ramp), (T) => this.cost(T), this.margin);
+  /** The compute of multiplying `bytes` of weights once, in the same bytes-equivalent (κ·bytes): a
+   *  model drafter's price per drafted token. */
+  computeCost(bytes: number): number {
+    return this.kappa * bytes;
   }
 
-  /** A verify pass kept `accepted` of `drafted` drafts: acceptance and the slow-start cap. */
-  observeVerdict(drafted: number, accepted: number): void {
-    this.acceptance.record(drafted, accepted);
-    this.ramp = Math.max(1, 2 * accepted);
+  /**
+   * The best draft length for drafter `name` and the rate it reaches: up to `proposed` drafts (a
+   * free drafter's proposal length, a model drafter's cap) and its slow-start cap, each costing
+   * `stepCost` more (bytes-equivalent; 0 for a drafter that reads and multiplies nothing).
+   */
+  best(name: string, proposed: number, stepCost = 0): { k: number; rate: number } {
+    const lane = this.lane(name);
+    const maxK = Math.min(proposed, lane.ramp);
+    return bestDraft(lane.acceptance.rate, maxK, (T) => this.cost(T) + stepCost * (T - 1), this.margin);
+  }
+
+  /** How many of the `proposed` drafts to verify this step (0 = decode plainly): the single-drafter view. */
+  draftLength(proposed: number): number {
+    if (proposed < 1) return 0;
+    return this.best(DEFAULT_LANE, proposed).k;
+  }
+
+  /** A verify pass kept `accepted` of `drafted` drafts (lane `name`, default the single drafter's). */
+  observeVerdict(drafted: number, accepted: number, name = DEFAULT_LANE): void {
+    this.lane(name).observeVerdict(drafted, accepted);
+  }
+
+  /** One decode step went by: every lane's evidence weighs less. */
+  step(): void {
+    for (const l of this.lanes.values()) l.acceptance.step();
   }
 }
+
+/** The lane of a session's drafter when there is one kind (the n-gram drafter, or a caller's). */
+export const DEFAULT_LANE = "default";

@@ -26,12 +26,37 @@ export interface SpeculationCounters {
   verifyPasses: number;
 }
 
+/** A drafter the speculator may ask, and what a drafted token costs it. */
+export interface DrafterSlot {
+  drafter: Drafter;
+  /**
+   * Bytes-equivalent (docs/SPECULATION.md §5) each drafted token costs to make: 0 for a drafter
+   * that reads and multiplies nothing (asked every step, its proposal length then bounds k); > 0
+   * for a model drafter (asked only when the cost model chose it and how far, since drafting is
+   * the cost).
+   */
+  stepCost: number;
+  /** Its evidence lane in the session's cost model (default the drafter's name). */
+  lane?: string;
+  /** Drafts its first verify pass may check (default 2). */
+  firstDrafts?: number;
+  /** Acceptance assumed before its first verified draft (default the cost model's, 0.7). */
+  priorAcceptance?: number;
+}
+
+/** A proposal and who made it; `q`: the drafter's normalised distribution of each draft, when it
+ *  drew them (a model drafter under the rejection rule, src/speculate/reject.ts). */
+export type Proposal = Draft & { by?: string; q?: Float64Array[] };
+
 export class Speculator {
   readonly counters: SpeculationCounters = { draftedTokens: 0, acceptedTokens: 0, verifyPasses: 0 };
+  /** The same counters per drafter (by name). */
+  readonly byDrafter: Record<string, SpeculationCounters> = {};
 
   /**
    * @param setting   the request's setting (already checked against the engine's room)
    * @param maxDrafts drafts per pass the engine has room for
+   * @param slots     the drafters to choose from each step (their order breaks ties)
    * @param cost      the session's cost model (its acceptance and pass bytes persist across the
    *                  turns of one conversation; it decides only how far to draft, never an id)
    * @param vocab     the model's vocabulary size (a draft's ids must be below it)
@@ -39,38 +64,69 @@ export class Speculator {
   constructor(
     private readonly setting: Exclude<SpeculateSetting, "off">,
     private readonly maxDrafts: number,
-    private readonly drafter: Drafter,
+    private readonly slots: DrafterSlot[],
     private readonly cost: SpeculationCost,
     private readonly vocab: number,
-  ) {}
+  ) {
+    for (const s of slots) cost.lane(laneOf(s), { firstDrafts: s.firstDrafts, priorAcceptance: s.priorAcceptance });
+  }
 
   /**
    * Drafts to verify in the next pass (empty: decode one position plainly). `tokens` is the whole
    * sequence including the token about to be fed; `room` the most drafts that can still matter
-   * (context left, tokens still wanted).
+   * (context left, tokens still wanted). With `auto`, each step takes the drafter and draft length
+   * with the best expected tokens per cost, or none unless one beats plain decoding by the
+   * cost model's margin; with N, the first drafter (in slot order) that proposes anything, N at most.
    */
-  propose(tokens: readonly number[], room: number): Draft {
+  propose(tokens: readonly number[], room: number): Proposal {
     const cap = Math.min(room, this.setting === "auto" ? this.maxDrafts : Math.min(this.setting, this.maxDrafts));
     if (cap < 1) return { tokens: [] };
-    const draft = checkDraft(this.drafter.draft({ tokens, max: cap }), cap, this.vocab, this.drafter.name);
-    const n = draft.tokens.length;
-    const k = this.setting === "auto" ? this.cost.draftLength(n) : n;
-    return { tokens: draft.tokens.slice(0, k) };
+    const ask = (s: DrafterSlot, max: number): Proposal => {
+      const raw = s.drafter.draft({ tokens, max }) as Proposal;
+      const d = checkDraft(raw, max, this.vocab, s.drafter.name);
+      return raw.q ? { ...d, q: raw.q } : d;
+    };
+    if (this.setting !== "auto") {
+      for (const s of this.slots) {
+        const d = ask(s, cap);
+        if (d.tokens.length > 0) return { ...d, by: s.drafter.name };
+      }
+      return { tokens: [] };
+    }
+    let best: { slot: DrafterSlot; k: number; rate: number; draft?: Proposal } | undefined;
+    for (const s of this.slots) {
+      const free = s.stepCost <= 0;
+      const draft = free ? ask(s, cap) : undefined; // a free drafter is asked; a paid one is priced first
+      const n = draft ? draft.tokens.length : cap;
+      if (n < 1) continue;
+      const { k, rate } = this.cost.best(laneOf(s), n, s.stepCost);
+      if (k > 0 && (!best || rate > best.rate)) best = { slot: s, k, rate, draft };
+    }
+    if (!best) return { tokens: [] };
+    const d = best.draft ?? ask(best.slot, best.k);
+    return { tokens: d.tokens.slice(0, best.k), by: best.slot.drafter.name, ...(d.q ? { q: d.q.slice(0, best.k) } : {}) };
   }
 
-  /** A decode pass over `positions` positions read these bytes; `drafted` of them were drafts, `accepted` kept. */
-  observe(positions: number, trunkBytes: number, expertBytes: number, drafted: number, accepted: number): void {
+  /** A decode pass over `positions` positions read these bytes; `drafted` of them were drafts (by
+   *  drafter `by`), `accepted` kept. */
+  observe(positions: number, trunkBytes: number, expertBytes: number, drafted: number, accepted: number, by?: string): void {
     this.cost.observePass(positions, trunkBytes, expertBytes);
     if (drafted > 0) {
-      this.cost.observeVerdict(drafted, accepted);
-      this.drafter.observe?.(drafted, accepted);
-      this.counters.draftedTokens += drafted;
-      this.counters.acceptedTokens += accepted;
-      this.counters.verifyPasses++;
+      const slot = this.slots.find((s) => s.drafter.name === by) ?? this.slots[0]!;
+      this.cost.observeVerdict(drafted, accepted, laneOf(slot));
+      slot.drafter.observe?.(drafted, accepted);
+      const per = (this.byDrafter[slot.drafter.name] ??= { draftedTokens: 0, acceptedTokens: 0, verifyPasses: 0 });
+      for (const c of [this.counters, per]) {
+        c.draftedTokens += drafted;
+        c.acceptedTokens += accepted;
+        c.verifyPasses++;
+      }
     }
-    this.cost.acceptance.step();
+    this.cost.step();
   }
 }
+
+const laneOf = (s: DrafterSlot) => s.lane ?? s.drafter.name;
 
 /**
  * A drafter's answer, checked where it enters the engine: a list of at most `max` token ids of

@@ -38,6 +38,15 @@ export interface Sampler {
    * on a verify pass's rows (speculation) and relies on the same answer as plain decoding.
    */
   sample(logits: Float32Array, position: number): number;
+  /**
+   * What `sample` draws from: the filtered weights (unnormalised, 0 for a dropped token), a copy,
+   * or one-hot on the token it returns without a draw (an infinite logit). Absent for greedy. For
+   * the opt-in rejection rule of speculative sampling (src/speculate/reject.ts).
+   */
+  weights?(logits: Float32Array): Float64Array;
+  /** A random number for `position` from the sampler's seed in another stream than `sample`'s
+   *  (stream > 0): the rejection rule's draws, reproducible, never `sample`'s own. */
+  uniform?(position: number, stream: number): number;
 }
 
 export function createSampler(opts: SamplerOptions = {}): Sampler {
@@ -58,12 +67,26 @@ export function createSampler(opts: SamplerOptions = {}): Sampler {
   // Per-sampler buffers (vocab-sized, float64), reused every token: no allocation per token. The
   // draw depends on nothing they keep: each call fills them anew.
   const buf = { w: new Float64Array(0), scratch: new Float64Array(0) };
+  const fill = (logits: Float32Array) => {
+    if (buf.w.length !== logits.length) buf.w = new Float64Array(logits.length);
+    if ((topK > 0 || topP < 1) && buf.scratch.length !== logits.length) buf.scratch = new Float64Array(logits.length);
+    return filteredWeights(logits, temperature, topK, topP, minP, buf.w, buf.scratch);
+  };
   return {
     sample: (logits, position) => {
-      if (buf.w.length !== logits.length) buf.w = new Float64Array(logits.length);
-      if ((topK > 0 || topP < 1) && buf.scratch.length !== logits.length) buf.scratch = new Float64Array(logits.length);
-      const forced = filteredWeights(logits, temperature, topK, topP, minP, buf.w, buf.scratch);
+      const forced = fill(logits);
       return forced >= 0 ? forced : drawFrom(buf.w, uniformAt(seed, position));
+    },
+    weights: (logits) => {
+      const forced = fill(logits);
+      if (forced < 0) return buf.w.slice();
+      const one = new Float64Array(logits.length);
+      one[forced] = 1;
+      return one;
+    },
+    uniform: (position, stream) => {
+      if (!Number.isSafeInteger(stream) || stream < 1) throw new K3Error("INTERNAL", `sampler stream must be an integer ≥ 1, got ${stream}`);
+      return uniformAt(Number(BigInt.asIntN(53, mix64(BigInt.asUintN(64, BigInt(seed)) ^ BigInt(stream)))), position);
     },
   };
 }

@@ -13,7 +13,7 @@ import { statsJson, statsLine } from "../../report.ts";
 import { stylesFor } from "../../term.ts";
 import { defineCommand } from "../command.ts";
 import { checkWritableFile, engineArgs, engineOptions, genFlag, modelOption, openEngine, pickModel, readStdin } from "../common.ts";
-import { modelDirOrDemo } from "../demo.ts";
+import { modelDirOrDemo, withDemoDraft } from "../demo.ts";
 import { prefillProgress } from "../progress.ts";
 import { repl, type SessionFiles } from "../repl.ts";
 import { samplingArgs, samplingOptions } from "../sampling-args.ts";
@@ -71,7 +71,8 @@ export default defineCommand({
     const start: ChatMessage[] = args.system ? [{ role: "system", content: args.system }] : [];
 
     const files = { load: args["load-session"], save: args["save-session"] };
-    const engine = await openEngine(await modelDirOrDemo(pickModel(args.dir, args.model)), engineOpts);
+    const dir = await modelDirOrDemo(pickModel(args.dir, args.model));
+    const engine = await openEngine(dir, withDemoDraft(dir, engineOpts));
     if (gen === "context") opts.maxTokens = engine.context;
     opts.reasoningBudget = reasoningBudget(args["reasoning-budget"], opts.maxTokens);
     try {

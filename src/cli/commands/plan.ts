@@ -5,14 +5,14 @@
 // threads and exact read-plan buffer sizes); from metadata the release's layout is assumed.
 import { K3Error } from "../../errors.ts";
 import { formatRanges } from "../../format.ts";
-import { catalogueFromMetadata, contextFor, HEDGE_BUFFERS, DEFAULT_CONTEXT, defaultPrefixCacheBytes, gib, openCheckpointCached, parseSize, planInputFromCensus, planMemory, PRESETS, REFERENCE_PROMPT, resolveBudget, metadataTrunkSlots, trunkSlots, TRUNK_FORMATS, type TrunkFormat, type MemoryPlan } from "../../inspect.ts";
-import { defaultThreads, engineLimits } from "../../engine.ts";
+import { catalogueFromMetadata, HEDGE_BUFFERS, draftCost, type DraftCost, DRAFT_FORMATS, draftFormatsAvailable, draftInFormat, LM_MODEL_PREFIX, placeDraft, prepareDraft, type DraftFormat, type TensorEntry, contextFor, DEFAULT_CONTEXT, defaultPrefixCacheBytes, gib, openCheckpointCached, parseSize, planInputFromCensus, planMemory, PRESETS, REFERENCE_PROMPT, resolveBudget, metadataTrunkSlots, trunkSlots, TRUNK_FORMATS, type TrunkFormat, type MemoryPlan } from "../../inspect.ts";
+import { DEFAULT_MAX_DRAFTS, defaultThreads, engineLimits, parseSpeculate } from "../../engine.ts";
 import { snakeKeys } from "../../report.ts";
 import { repeatedValues } from "../args.ts";
 import { defineCommand } from "../command.ts";
 import { folderOrMetadata, modelOption, positiveInt, ramFlag } from "../common.ts";
 
-function render(plan: MemoryPlan, budgetSource: string, model: string): string {
+function render(plan: MemoryPlan, budgetSource: string, model: string, draft?: DraftCost): string {
   const lines = [
     `model ${model}`,
     `budget ${gib(plan.budgetBytes)} (${budgetSource}); context ${plan.contextTokens} tokens; ${plan.threads} threads${plan.parallel > 1 ? `; ${plan.parallel} parallel sessions` : ""}`,
@@ -33,8 +33,16 @@ function render(plan: MemoryPlan, budgetSource: string, model: string): string {
   lines.push(
     `disk per decoded token: trunk ${gib(plan.streamedBytesPerToken)} + experts ≤ ${gib(plan.expertBytesPerTokenAllMiss)} (at 0% hits)`,
   );
+  if (draft) lines.push(renderDraftCost(plan, draft));
   lines.push("", ...renderChunk(plan));
   return `${lines.join("\n")}\n`;
+}
+
+/** What the draft's share of the budget costs the target's plan (docs/DRAFT.md "Placement, packs"). */
+function renderDraftCost(plan: MemoryPlan, d: DraftCost): string {
+  const share = `the draft's ${gib(d.shareBytes)}`;
+  if (d.extraBytesPerToken <= 0) return `draft: ${share} fit beside the target's plan (it reads what it reads without the draft)`;
+  return `draft: ${share} come out of the target's pins and expert slots: ${gib(d.extraBytesPerToken)} more disk per decoded token (${gib(d.bytesPerTokenWithout)} without it) until kept drafts save more; --ram ${gib(plan.budgetBytes + d.shareBytes)} keeps the target's plan`;
 }
 
 /** The trunk's pieces: how each unit is cut and what of it is pinned (issue 16). */
@@ -87,6 +95,9 @@ export default defineCommand({
     chunk: { type: "string", valueHint: "N", description: "prefill chunk in tokens (default: the planner's choice)" },
     prompt: { type: "string", valueHint: "N", description: `prompt length the chunk is chosen for (default ${REFERENCE_PROMPT})` },
     mirror: { type: "string", valueHint: "DIR", description: "as k3 run --mirror (repeatable): the plan then holds the hedge buffers" },
+    draft: { type: "string", valueHint: "DIR|none", description: "a draft model folder (--draft of run/chat/serve): its weights, per-session state and scratch join the plan" },
+    "draft-format": { type: "string", valueHint: "FORMAT", description: "the draft's weights: auto (default: the format whose plan reads the fewest bytes, as the engine picks) | bf16 | int8 | int4" },
+    speculate: { type: "string", valueHint: "MODE", description: "speculation the engine would run (auto | off | N drafts per pass; default auto): sizes the verify buffers" },
     json: { type: "boolean", default: false, description: "print the plan as JSON" },
   },
   help: {
@@ -111,9 +122,11 @@ export default defineCommand({
     const source = folderOrMetadata(args, "plan");
     let cfg, census, slots, model: string;
     let note = "";
+    let embed: TensorEntry | undefined;
     if ("dir" in source) {
       const ck = openCheckpointCached(source.dir);
       cfg = ck.config;
+      embed = ck.tensors.get(`${LM_MODEL_PREFIX}embed_tokens.weight`);
       census = ck.layout.census;
       // The buffers the engine will allocate for this layout and trunk, exactly.
       const t = trunkSlots(ck, trunk);
@@ -128,14 +141,24 @@ export default defineCommand({
       model = `${source.config} + ${source.index}`;
     }
     const context = contextFor(cfg, requestedContext);
-    const input = planInputFromCensus(cfg, census, budget.bytes, context, threads, chunk, slots);
+    const speculate = parseSpeculate(args.speculate ?? "auto", "--speculate");
+    // As the engine opens it: no verify buffers with speculation off, N with --speculate N.
+    const drafts = speculate === "off" ? 0 : typeof speculate === "number" ? speculate : undefined;
+    const draft = args.draft !== undefined && args.draft !== "none" ? prepareDraft(cfg, embed, args.draft, context, drafts ?? DEFAULT_MAX_DRAFTS) : undefined;
+    const input = planInputFromCensus(cfg, census, budget.bytes, context, threads, chunk, slots, drafts);
     input.promptTokens = prompt;
     input.parallel = parallel;
     const ram = args["prefix-cache-ram"];
     input.hedgeBuffers = repeatedValues(rawArgs, "--mirror").length ? HEDGE_BUFFERS : 0;
     input.prefixCacheBytes = ram !== undefined ? parseSize(ram, "--prefix-cache-ram") : args.parallel !== undefined ? defaultPrefixCacheBytes(input) : 0;
-    const plan = planMemory(input);
-    if (args.json) process.stdout.write(`${JSON.stringify(snakeKeys({ model, budgetSource: budget.source, trunk, ...plan }), null, 2)}\n`);
-    else process.stdout.write(render(plan, budget.source, `${model}; trunk ${trunk}${note}`));
+    // With a draft, the format the engine would hold (the fewest bytes per token; --draft-format forces one).
+    const forced = args["draft-format"] === undefined || args["draft-format"] === "auto" ? undefined : args["draft-format"];
+    if (forced !== undefined && !DRAFT_FORMATS.includes(forced as never)) throw new K3Error("USAGE", `--draft-format must be auto, ${DRAFT_FORMATS.join(", ")}; got "${forced}"`);
+    const plan = draft
+      ? placeDraft(forced ? [forced as DraftFormat] : draftFormatsAvailable(draft.checkpoint), (f) => planMemory({ ...input, draft: draftInFormat(draft, f).plan }), (p) => p)
+      : planMemory(input);
+    const cost = draft && draftCost(plan, planMemory(input));
+    if (args.json) process.stdout.write(`${JSON.stringify(snakeKeys({ model, budgetSource: budget.source, trunk, ...plan, ...(cost && { draftCost: cost }) }), null, 2)}\n`);
+    else process.stdout.write(render(plan, budget.source, `${model}; trunk ${trunk}${note}`, cost));
   },
 });

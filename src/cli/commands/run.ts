@@ -12,7 +12,7 @@ import { log } from "../../log.ts";
 import { statsJson, statsLine, timingsJson } from "../../report.ts";
 import { defineCommand } from "../command.ts";
 import { checkWritableFile, engineArgs, engineOptions, genFlag, modelOption, openEngine, pickModel, readStdin } from "../common.ts";
-import { modelDirOrDemo } from "../demo.ts";
+import { modelDirOrDemo, withDemoDraft } from "../demo.ts";
 import { parseIds } from "../ids.ts";
 import { prefillProgress } from "../progress.ts";
 import { samplingArgs, samplingOptions } from "../sampling-args.ts";
@@ -67,7 +67,7 @@ export default defineCommand({
     if (args["save-session"]) checkWritableFile(args["save-session"], "--save-session");
 
     const dir = await modelDirOrDemo(pickModel(stdinPrompt ? undefined : dirOperand, args.model));
-    const engine = await openEngine(dir, opts);
+    const engine = await openEngine(dir, withDemoDraft(dir, opts));
     try {
       if (sampling.stop?.length && !engine.tokenizerDir) throw new K3Error("TOKENIZER", `--stop needs a tokenizer to match text, and ${dir} has none`);
       // Ids out for an id prompt and for a model without a tokenizer (its text cannot be decoded).
