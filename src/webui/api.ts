@@ -48,6 +48,8 @@ export async function postStream(path: string, body: unknown, signal: AbortSigna
   for (;;) {
     const { done, value } = await reader.read();
     if (done) return;
+    // Stop wins over events already received: none is handed on after the abort.
+    signal.throwIfAborted();
     buf += dec.decode(value, { stream: true });
     let cut: number;
     while ((cut = buf.indexOf("\n\n")) >= 0) {

@@ -160,8 +160,7 @@ async function reply(): Promise<void> {
         hideProgress();
       }
       applyEvent(m, ev, ttft);
-      persist();
-      draw();
+      redrawSoon();
     });
   } catch (err) {
     if (ctl.signal.aborted) m.finish = "stopped";
@@ -178,6 +177,23 @@ async function reply(): Promise<void> {
     hideProgress();
   }
   state.running = undefined;
+  redrawNow();
+}
+
+// While a reply streams, the page is redrawn and saved at most once per REDRAW_MS, not once per
+// event: a redraw renders every message's markdown and a save writes every conversation, so per
+// event a long reply cost O(n²) and, with the events already buffered, kept the main thread busy
+// until the whole reply was in: a click on Stop waited behind it (the reply ran to its end).
+const REDRAW_MS = 50;
+let redrawTimer: ReturnType<typeof setTimeout> | undefined;
+
+function redrawSoon(): void {
+  redrawTimer ??= setTimeout(redrawNow, REDRAW_MS);
+}
+
+function redrawNow(): void {
+  if (redrawTimer !== undefined) clearTimeout(redrawTimer);
+  redrawTimer = undefined;
   persist();
   draw();
 }
