@@ -125,7 +125,8 @@ K3_API int32_t k3_matmul_mxfp4(const uint8_t* packed, const uint8_t* scales, con
  * q+8. Scales [rows][cols/32] f32. cols must be a multiple of 32 (else K3_ERR_ARG).
  * Order (all paths): for each group g (increasing), p[j] = q(c0+j)·x(c0+j) + q(c0+16+j)·x(c0+16+j)
  * for lanes j = 0..15, then acc[j] += p[j]·s_g; lanes combined by the halving tree above.
- * Strides and statuses as for the matmuls above. */
+ * Strides and statuses as for the matmuls above. From 8 tokens per call the products are
+ * GEMM-blocked like MXFP4's (a 16-row × 256-column tile of integers widened to f32 at a time). */
 K3_API int32_t k3_matmul_q8(const int8_t* q, const float* scales, const float* X, int32_t ldx, float* Y,
                             int32_t ldy, int32_t rows, int32_t cols, int32_t T);
 K3_API int32_t k3_matmul_q4(const uint8_t* q, const float* scales, const float* X, int32_t ldx, float* Y,
