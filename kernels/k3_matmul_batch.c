@@ -15,7 +15,7 @@
  *
  * The loop nest, per thread (rows [r0, r1) of the job):
  *   tokens in chunks of ≤ TC
- *     rows in panels of ≤ RP                          accumulators: RP × TC × 64 B = 32 KB
+ *     rows in panels of ≤ RP                          accumulators: RP × TC × 64 B = 16 KB
  *       columns in tiles of ≤ KC                      weight tile: RP × KC f32 = 16 KB (L1)
  *         widen / decode the panel's tile once
  *         tokens in blocks of TB (the ISA's)           x block: TB × KC f32 (L1)
