@@ -82,7 +82,22 @@ function cases(): Case[] {
     for (let i = 0; i < X.length; i += 5) X[i] *= 2 ** -120;
     out.push({ name: `mxfp4 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_mxfp4(packed, scales, X, cols, Y, rows, rows, cols, T); return Y; } });
   }
-  out.push(...qCases());
+  out.push(...qCases(), ...decodeRowCases());
+  return out;
+}
+
+/** One-token products of long rows with more rows per thread than the AVX-512 decode block
+ *  (k3_matmul_avx512.c DENSE_DECODE_ROWS = 12, then blocks of 4, then single rows), bf16 and f32,
+ *  at 1–3 threads: their own random stream, hashed with the library before that block. */
+function decodeRowCases(): Case[] {
+  const r = rng(0x12d0);
+  const out: Case[] = [];
+  for (const [rows, cols] of [[61, 6200], [45, 3090]] as const) {
+    const Wb = randBF16(r, rows * cols), Wf = randF32(r, rows * cols, -2, 2), X = randF32(r, cols, -3, 3);
+    X[0] = -0;
+    out.push({ name: `bf16 ${rows}x${cols} T1`, run: () => { const Y = new Float32Array(rows); k.k3_matmul_bf16(Wb, X, cols, Y, rows, rows, cols, 1); return Y; } });
+    out.push({ name: `f32 ${rows}x${cols} T1`, run: () => { const Y = new Float32Array(rows); k.k3_matmul_f32(Wf, X, cols, Y, rows, rows, cols, 1); return Y; } });
+  }
   return out;
 }
 
@@ -169,7 +184,12 @@ const GOLDEN: Record<string, string> = {
   "q8 3x32 T100": "4db4009b784b61e7",
   "q4 3x32 T100": "d4eeae4c00b7ff94",
   "q8 300x512 T5": "f063e77e20f78f5",
-  "q4 300x512 T5": "d92717249ddffc22"
+  "q4 300x512 T5": "d92717249ddffc22",
+  // decodeRowCases, hashed with the library built from 93f4642 (before the 12-row decode block)
+  "bf16 61x6200 T1": "703649cd54825ee5",
+  "f32 61x6200 T1": "c2b8004dd3adbdcf",
+  "bf16 45x3090 T1": "ba41cae2658a6379",
+  "f32 45x3090 T1": "7e8022b3b4db6bc8"
 };
 
 describe("matmul bits equal the pre-optimisation implementation", () => {
