@@ -185,7 +185,7 @@ const GOLDEN: Record<string, string> = {
   "q4 3x32 T100": "d4eeae4c00b7ff94",
   "q8 300x512 T5": "f063e77e20f78f5",
   "q4 300x512 T5": "d92717249ddffc22",
-  // decodeRowCases, hashed with the library built from 93f4642 (before the 12-row decode block)
+  // decodeRowCases, hashed with the library built from 9e91560 (before the 12-row decode block)
   "bf16 61x6200 T1": "703649cd54825ee5",
   "f32 61x6200 T1": "c2b8004dd3adbdcf",
   "bf16 45x3090 T1": "ba41cae2658a6379",
