@@ -43,10 +43,16 @@ const chunkArg = arg("--chunk", "");
 const k = loadKernels() as unknown as Record<string, (...a: unknown[]) => unknown>;
 const tags: string[] = ["other"];
 const cost = new Map<string, { ns: number; calls: number; flops: number }>(); // "part\tkernel"
+const byShape = new Map<string, { ns: number; calls: number; flops: number }>(); // "kernel rows×cols T"
 /** 2·rows·cols·T of a matmul call (argument positions from src/kernels.ts), else 0. */
 const matmulFlops = (name: string, a: unknown[]): number =>
   ["k3_matmul_mxfp4", "k3_matmul_q8", "k3_matmul_q4"].includes(name) ? 2 * (a[6] as number) * (a[7] as number) * (a[8] as number)
   : name === "k3_matmul_bf16" || name === "k3_matmul_f32" ? 2 * (a[5] as number) * (a[6] as number) * (a[7] as number) : 0;
+/** "k3_matmul_bf16 2048×7168 T256" for a matmul call, else "". */
+const matmulShape = (name: string, a: unknown[]): string => {
+  const at = name === "k3_matmul_bf16" || name === "k3_matmul_f32" ? 5 : ["k3_matmul_mxfp4", "k3_matmul_q8", "k3_matmul_q4"].includes(name) ? 6 : -1;
+  return at < 0 ? "" : `${name.slice(10)} ${a[at]}×${a[at + 1]} T${a[at + 2]}`;
+};
 let counting = false;
 for (const name of Object.keys(k)) {
   const f = k[name]!;
@@ -60,6 +66,13 @@ for (const name of Object.keys(k)) {
     c.ns += Bun.nanoseconds() - t0;
     c.calls++;
     c.flops += matmulFlops(name, a);
+    const shape = matmulShape(name, a);
+    if (shape) {
+      const m = byShape.get(shape) ?? byShape.set(shape, { ns: 0, calls: 0, flops: 0 }).get(shape)!;
+      m.ns += Bun.nanoseconds() - t0;
+      m.calls++;
+      m.flops += matmulFlops(name, a);
+    }
     return r;
   };
 }
@@ -120,6 +133,7 @@ for (let run = 1; run <= RUNS; run++) {
   const bw = memReadGBs();
   const s = engine.createSession();
   cost.clear();
+  byShape.clear();
   const stepMs: number[] = [];
   if (phase === "prefill") {
     counting = true;
@@ -170,4 +184,8 @@ console.log(`| JS, FFI and pool (step − kernel calls) | ${(stepMsTotal - kerne
 console.log("\n| kernel | calls/token | ms/token | µs/call | GFLOP/s (matmuls: 2·rows·cols·T per call) |\n|---|---|---|---|---|");
 for (const [kern, c] of [...byKernel].sort((a, b) => b[1].ns - a[1].ns))
   console.log(`| ${kern} | ${(c.calls / TOKENS).toFixed(1)} | ${per(c.ns).toFixed(2)} | ${(c.ns / c.calls / 1e3).toFixed(1)} | ${c.flops ? (c.flops / c.ns).toFixed(1) : ""} |`);
+// per matmul shape (of the last round): where the matmul time goes and the rate each shape reaches
+console.log("\n| matmul (last round) | calls/token | ms/token | GFLOP/s |\n|---|---|---|---|");
+for (const [shape, c] of [...byShape].sort((a, b) => b[1].ns - a[1].ns).slice(0, 25))
+  console.log(`| ${shape} | ${(c.calls / TOKENS).toFixed(2)} | ${per(c.ns).toFixed(2)} | ${(c.flops / c.ns).toFixed(1)} |`);
 if (jsonOut) writeFileAtomic(jsonOut, "the --json output", "USAGE", JSON.stringify({ cpu, model, ram, threads, isa, promptLen, tokens: TOKENS, rounds }, null, 1));

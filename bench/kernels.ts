@@ -8,12 +8,12 @@
 // measures every arm once, so drift and other users hit every arm alike; ≥ 3 rounds.
 //
 //   bun bench/kernels.ts [--runs 3] [--T 1,8,32,64,256] [--threads 1,2] [--isa avx2,avx512,neon]
-//                        [--old bench/out/old/libkernels.so] [--json out.json]
+//                        [--kernels bf16,mxfp4,int4] [--old bench/out/old/libkernels.so] [--json out.json]
 // Output: markdown tables on stdout (progress on stderr); --json writes every raw number.
 import { dlopen, FFIType } from "bun:ffi";
 import { writeFileAtomic, writeTarget } from "../src/files.ts";
 import { loadKernels, ISA, symbols } from "../src/kernels.ts";
-import { bf16Set, mxfp4Set } from "./weights.ts";
+import { bf16Set, mxfp4Set, q4Set } from "./weights.ts";
 import { peakGflops } from "./peak.ts";
 import { cpuInfo, loadAvg } from "./machine.ts";
 
@@ -42,9 +42,11 @@ const abi2Symbols = {
   ...baseSymbols,
   k3_matmul_bf16: { args: [ptr, ptr, ptr, i32, i32, i32], returns: v },
   k3_matmul_mxfp4: { args: [ptr, ptr, ptr, ptr, i32, i32, i32], returns: v },
+  k3_matmul_q4: { args: [ptr, ptr, ptr, ptr, i32, i32, i32], returns: v },
 } as const;
 type Fn = (...a: any[]) => any;
-type Matmul = { bf16: (W: any, X: Float32Array, Y: Float32Array, rows: number, cols: number, T: number) => void; mxfp4: (P: any, S: any, X: Float32Array, Y: Float32Array, rows: number, cols: number, T: number) => void };
+type Grouped = (P: any, S: any, X: Float32Array, Y: Float32Array, rows: number, cols: number, T: number) => void;
+type Matmul = { bf16: (W: any, X: Float32Array, Y: Float32Array, rows: number, cols: number, T: number) => void; mxfp4: Grouped; q4: Grouped };
 type Lib = { name: string; k: { [K in keyof typeof baseSymbols]: Fn }; mm: Matmul };
 const k = loadKernels();
 const ok = (st: number) => {
@@ -52,16 +54,24 @@ const ok = (st: number) => {
 };
 const libs: Lib[] = [{
   name: "new", k,
-  mm: { bf16: (W, X, Y, r, c, T) => ok(k.k3_matmul_bf16(W, X, c, Y, r, r, c, T)), mxfp4: (P, S, X, Y, r, c, T) => ok(k.k3_matmul_mxfp4(P, S, X, c, Y, r, r, c, T)) },
+  mm: abi3(k),
 }];
+/** The matmuls of an ABI-3 library, in the bench's argument order. */
+function abi3(o: Pick<typeof k, "k3_matmul_bf16" | "k3_matmul_mxfp4" | "k3_matmul_q4">): Matmul {
+  return {
+    bf16: (W, X, Y, r, c, T) => ok(o.k3_matmul_bf16(W, X, c, Y, r, r, c, T)),
+    mxfp4: (P, S, X, Y, r, c, T) => ok(o.k3_matmul_mxfp4(P, S, X, c, Y, r, r, c, T)),
+    q4: (P, S, X, Y, r, c, T) => ok(o.k3_matmul_q4(P, S, X, c, Y, r, r, c, T)),
+  };
+}
 if (oldPath) {
   const version = dlopen(oldPath, { k3_version: baseSymbols.k3_version }).symbols.k3_version();
   if (version >= 3) { // ABI 3: the matmuls take strides and return a status (later ABIs changed other kernels)
-    const o = dlopen(oldPath, { ...baseSymbols, k3_matmul_bf16: symbols.k3_matmul_bf16, k3_matmul_mxfp4: symbols.k3_matmul_mxfp4 }).symbols;
-    libs.push({ name: "old", k: o, mm: { bf16: (W, X, Y, r, c, T) => ok(o.k3_matmul_bf16(W, X, c, Y, r, r, c, T)), mxfp4: (P, S, X, Y, r, c, T) => ok(o.k3_matmul_mxfp4(P, S, X, c, Y, r, r, c, T)) } });
+    const o = dlopen(oldPath, { ...baseSymbols, k3_matmul_bf16: symbols.k3_matmul_bf16, k3_matmul_mxfp4: symbols.k3_matmul_mxfp4, k3_matmul_q4: symbols.k3_matmul_q4 }).symbols;
+    libs.push({ name: "old", k: o, mm: abi3(o) });
   } else {
     const o = dlopen(oldPath, abi2Symbols).symbols;
-    libs.push({ name: "old", k: o, mm: { bf16: (W, X, Y, r, c, T) => o.k3_matmul_bf16(W, X, Y, r, c, T), mxfp4: (P, S, X, Y, r, c, T) => o.k3_matmul_mxfp4(P, S, X, Y, r, c, T) } });
+    libs.push({ name: "old", k: o, mm: { bf16: (W, X, Y, r, c, T) => o.k3_matmul_bf16(W, X, Y, r, c, T), mxfp4: (P, S, X, Y, r, c, T) => o.k3_matmul_mxfp4(P, S, X, Y, r, c, T), q4: (P, S, X, Y, r, c, T) => o.k3_matmul_q4(P, S, X, Y, r, c, T) } });
   }
 }
 
@@ -80,10 +90,20 @@ function mxfp4Kernel(rows: number, cols: number): Kernel {
   const { bytes, count, Ps, Ss } = mxfp4Set(rows, cols, SET_BYTES);
   return { name: "mxfp4", rows, cols, bytes, count, call: (l, i, X, Y, T) => l.mm.mxfp4(Ps[i % count]!, Ss[i % count]!, X, Y, rows, cols, T) };
 }
+function q4Kernel(rows: number, cols: number): Kernel {
+  const { bytes, count, Qs, Ss } = q4Set(rows, cols, SET_BYTES);
+  return { name: "int4", rows, cols, bytes, count, call: (l, i, X, Y, T) => l.mm.q4(Qs[i % count]!, Ss[i % count]!, X, Y, rows, cols, T) };
+}
+const kernelNames = arg("--kernels", "bf16,mxfp4,int4").split(",");
 say("generating weight sets…");
 // bf16: a 2048-row slice of a 7168×7168 trunk matrix (T = 1 rate is the same per byte; T = 256
-// stays ~0.1 s); MXFP4: a K3 expert's up/gate projection (3072 × 3584).
-const kernels = [bf16Kernel(2048, 7168), mxfp4Kernel(3072, 3584)];
+// stays ~0.1 s); MXFP4: a K3 expert's up/gate projection (3072 × 3584); int4: the compact trunk's
+// form of the same bf16 slice.
+const kernels = [
+  ...(kernelNames.includes("bf16") ? [bf16Kernel(2048, 7168)] : []),
+  ...(kernelNames.includes("mxfp4") ? [mxfp4Kernel(3072, 3584)] : []),
+  ...(kernelNames.includes("int4") ? [q4Kernel(2048, 7168)] : []),
+];
 
 /** Wall seconds and CPU seconds (all threads of the process) of fn. On a machine shared with
  * other work, the rate per CPU-second (÷ threads) still says what a core does when it runs. */

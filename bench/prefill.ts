@@ -11,6 +11,8 @@
 //   today    the old kernel library (--old, loaded with K3_KERNELS) at the old default chunk 32
 //   kernels  this library at chunk 32                         (the kernels' effect alone)
 //   planner  this library at the planner's chunk (no --chunk)  (kernels + chunk choice)
+//   oldplan  the old library at the planner's chunk            (planner vs oldplan: the kernels
+//            at the chunk the engine uses)
 // Every run of one prompt must give the same last-logit bits (arms, budgets, runs): checked.
 // GFLOP/s counts the weight math of the pass (2 per weight·token: every matmul the forward pass
 // makes, and lm_head once), not attention scores or elementwise work.
@@ -118,12 +120,12 @@ const threads = Number(arg("--threads", "2"));
 const isa = arg("--isa", "auto") as Spec["isa"];
 const jsonOut = arg("--json", "");
 if (jsonOut) writeTarget(jsonOut, "the --json output", "USAGE"); // a FIFO or folder there: refused now, not after the run
-if (armNames.includes("today") && !existsSync(oldLib)) throw new Error(`--old ${oldLib}: no such library (the "today" arm needs the pre-change kernels)`);
+if ((armNames.includes("today") || armNames.includes("oldplan")) && !existsSync(oldLib)) throw new Error(`--old ${oldLib}: no such library (the "today" arm needs the pre-change kernels)`);
 const say = (s: string) => process.stderr.write(`[prefill] ${s}\n`);
 
 const { peakGflops } = await import("./peak.ts");
 const isaId = isa === "avx2" ? 1 : 2;
-const arms = armNames.map((a) => ({ arm: a, lib: a === "today" ? oldLib : undefined, chunk: a === "planner" ? undefined : 32 }));
+const arms = armNames.map((a) => ({ arm: a, lib: a === "today" || a === "oldplan" ? oldLib : undefined, chunk: a === "planner" || a === "oldplan" ? undefined : 32 }));
 const scratch = tmpdir();
 const rows: { key: string; spec: Spec; results: Result[] }[] = [];
 for (const n of prompts) for (const b of budgets) for (const a of arms)

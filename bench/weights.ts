@@ -35,3 +35,12 @@ export function mxfp4Set(rows: number, cols: number, setBytes: number): { bytes:
   const Ss = Array.from({ length: count }, () => new Uint8Array((rows * cols) / 32).fill(120));
   return { bytes, count, Ps, Ss };
 }
+
+/** `count` int4 [rows][cols] matrices (the compact trunk's Q4: random nibbles, f32 group scales 2^-7). */
+export function q4Set(rows: number, cols: number, setBytes: number): { bytes: number; count: number; Qs: Uint8Array[]; Ss: Float32Array[] } {
+  const bytes = (rows * cols) / 2 + (rows * cols * 4) / 32;
+  const count = Math.max(2, Math.ceil(setBytes / bytes));
+  const Qs = Array.from({ length: count }, (_, i) => fillBytes((rows * cols) / 2, i + 11));
+  const Ss = Array.from({ length: count }, () => new Float32Array((rows * cols) / 32).fill(2 ** -7));
+  return { bytes, count, Qs, Ss };
+}

@@ -114,7 +114,7 @@ K3_API int32_t k3_matmul_f32(const float* W, const float* X, int32_t ldx, float*
  * p[j] = e2m1(c0+j)·x(c0+j) + e2m1(c0+16+j)·x(c0+16+j) for lanes j = 0..15, then
  * acc[j] += p[j] · 2^(s_g − 127); a group with s_g = 255 (NaN) is skipped (contributes 0).
  * Lanes are combined by the halving tree above. Never expands a whole matrix in memory: below 8
- * tokens per call weights are decoded in registers, from 8 on one 16-row × 256-column tile at a
+ * tokens per call weights are decoded in registers, from 8 on one 8-row × 512-column tile at a
  * time (a stack buffer; docs/NUMERICS.md "Batched"). */
 K3_API int32_t k3_matmul_mxfp4(const uint8_t* packed, const uint8_t* scales, const float* X, int32_t ldx,
                                float* Y, int32_t ldy, int32_t rows, int32_t cols, int32_t T);
@@ -125,7 +125,8 @@ K3_API int32_t k3_matmul_mxfp4(const uint8_t* packed, const uint8_t* scales, con
  * q+8. Scales [rows][cols/32] f32. cols must be a multiple of 32 (else K3_ERR_ARG).
  * Order (all paths): for each group g (increasing), p[j] = q(c0+j)·x(c0+j) + q(c0+16+j)·x(c0+16+j)
  * for lanes j = 0..15, then acc[j] += p[j]·s_g; lanes combined by the halving tree above.
- * Strides and statuses as for the matmuls above. */
+ * Strides and statuses as for the matmuls above. From 8 tokens per call the products are
+ * GEMM-blocked like MXFP4's (an 8-row × 512-column tile of integers widened to f32 at a time). */
 K3_API int32_t k3_matmul_q8(const int8_t* q, const float* scales, const float* X, int32_t ldx, float* Y,
                             int32_t ldy, int32_t rows, int32_t cols, int32_t T);
 K3_API int32_t k3_matmul_q4(const uint8_t* q, const float* scales, const float* X, int32_t ldx, float* Y,
@@ -142,7 +143,9 @@ K3_API int32_t k3_quantize_bf16(const uint16_t* W, int32_t rows, int32_t cols, i
 K3_API void k3_quant_error(const uint16_t* W, int32_t rows, int32_t cols, int32_t bits,
                            const uint8_t* Q, const float* scales, double* out);
 
-/* ---- elementwise and vector ops (single implementation, sequential order) ---- */
+/* ---- elementwise and vector ops (single implementation, sequential order; k3_sigmoid,
+ * k3_mul_sigmoid and k3_situ_glu split their elements across the pool from 4096 on: each element
+ * is computed by one thread, the same bits at any thread count) ---- */
 K3_API void    k3_bf16_to_f32(const uint16_t* src, float* dst, int64_t n);
 K3_API void    k3_add(float* y, const float* x, int64_t n);                  /* y += x */
 K3_API void    k3_axpy(float* y, float a, const float* x, int64_t n);       /* y += a·x (a·x rounded, then added) */

@@ -86,54 +86,31 @@ static void mm_part(void* ctx, int32_t i, int32_t n) {
   if (hi > lo) t->fn(&t->j, lo, hi);
 }
 
-/* Each vector path exists only on its architecture (build.zig); k3_isa_set never selects a path
- * this build lacks, so the NULLs below are never called. */
-#if defined(__x86_64__)
-#define X86(f) f
-#else
-#define X86(f) NULL
-#endif
-#if defined(__aarch64__)
-#define ARM(f) f
-#else
-#define ARM(f) NULL
-#endif
-
-/* Per ISA: the row-blocked paths (k3_matmul_<isa>.c) below BATCH_MIN_T tokens, the GEMM-blocked
- * ones (k3_matmul_batch*.c: x86-64 only so far) from there on. Same bits either way
- * (k3_matmul_internal.h). */
-typedef struct { mm_rows_fn scalar, avx2, avx512, neon, batch_avx2, batch_avx512; } mm_paths;
-
-/* Checks the arguments (k3_mm_check: cols a multiple of `group`, scales present if `need_s`), then runs the path
- * of the current ISA on the pool. */
-static int32_t run(mm_job j, int32_t group, int need_s, mm_paths p) {
-  int32_t st = k3_mm_check(j.W, j.S, need_s, j.X, j.ldx, j.Y, j.ldy, j.rows, j.cols, j.T, group);
+/* Checks the arguments, then runs the path of the current ISA on the pool (k3_matmul_internal.h). */
+int32_t k3_mm_run(mm_job j, int32_t group, int need_s, mm_paths p) {
+  const void* scales = j.S ? (const void*)j.S : (const void*)j.Sf; /* MXFP4's or Q8/Q4's */
+  int32_t st = k3_mm_check(j.W, scales, need_s, j.X, j.ldx, j.Y, j.ldy, j.rows, j.cols, j.T, group);
   if (st != K3_OK || j.rows == 0 || j.T == 0) return st;
   const int batch = j.T >= BATCH_MIN_T;
   mm_task t = { j, j.isa == K3_ISA_AVX512 ? (batch ? p.batch_avx512 : p.avx512)
                  : j.isa == K3_ISA_AVX2 ? (batch ? p.batch_avx2 : p.avx2)
-                 : j.isa == K3_ISA_NEON ? p.neon : p.scalar };
+                 : j.isa == K3_ISA_NEON ? (batch ? p.batch_neon : p.neon) : p.scalar };
   k3_pool_run_if(mm_part, &t, (int64_t)j.rows * j.cols < SMALL_WEIGHTS);
   return K3_OK;
 }
 
 K3_API int32_t k3_matmul_bf16(const uint16_t* W, const float* X, int32_t ldx, float* Y, int32_t ldy,
                               int32_t rows, int32_t cols, int32_t T) {
-  return run((mm_job){ W, NULL, X, Y, rows, cols, T, k3_isa_current(), ldx, ldy }, 1, 0,
-             (mm_paths){ bf16_scalar, X86(k3_mm_bf16_avx2), X86(k3_mm_bf16_avx512), ARM(k3_mm_bf16_neon),
-                         X86(k3_mm_bf16_batch_avx2), X86(k3_mm_bf16_batch_avx512) });
+  return k3_mm_run((mm_job){ W, NULL, X, Y, rows, cols, T, k3_isa_current(), ldx, ldy, NULL }, 1, 0, K3_MM_PATHS(bf16_scalar, bf16));
 }
 
 K3_API int32_t k3_matmul_f32(const float* W, const float* X, int32_t ldx, float* Y, int32_t ldy,
                              int32_t rows, int32_t cols, int32_t T) {
-  return run((mm_job){ W, NULL, X, Y, rows, cols, T, k3_isa_current(), ldx, ldy }, 1, 0,
-             (mm_paths){ f32_scalar, X86(k3_mm_f32_avx2), X86(k3_mm_f32_avx512), ARM(k3_mm_f32_neon),
-                         X86(k3_mm_f32_batch_avx2), X86(k3_mm_f32_batch_avx512) });
+  return k3_mm_run((mm_job){ W, NULL, X, Y, rows, cols, T, k3_isa_current(), ldx, ldy, NULL }, 1, 0, K3_MM_PATHS(f32_scalar, f32));
 }
 
 K3_API int32_t k3_matmul_mxfp4(const uint8_t* packed, const uint8_t* scales, const float* X, int32_t ldx,
                                float* Y, int32_t ldy, int32_t rows, int32_t cols, int32_t T) {
-  return run((mm_job){ packed, scales, X, Y, rows, cols, T, k3_isa_current(), ldx, ldy }, K3_MXFP4_GROUP, 1,
-             (mm_paths){ mxfp4_scalar, X86(k3_mm_mxfp4_avx2), X86(k3_mm_mxfp4_avx512), ARM(k3_mm_mxfp4_neon),
-                         X86(k3_mm_mxfp4_batch_avx2), X86(k3_mm_mxfp4_batch_avx512) });
+  return k3_mm_run((mm_job){ packed, scales, X, Y, rows, cols, T, k3_isa_current(), ldx, ldy, NULL }, K3_MXFP4_GROUP, 1,
+                   K3_MM_PATHS(mxfp4_scalar, mxfp4));
 }

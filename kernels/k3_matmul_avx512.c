@@ -22,6 +22,12 @@
  * rows 4 side-by-side streams are ~1.6× faster, with ≤ 7 KB rows one row at a time is faster —
  * its single sequential stream keeps the hardware prefetcher ahead, 4 short streams do not. */
 #define DENSE_BLOCK_MIN_ROW_BYTES 12288
+/* One-token products of long rows read this many rows side by side (decode's trunk matmuls).
+ * Measured on AMD Zen 4 (issue 23, bench/kernels.ts --T 1, bf16 2048×7168, 1 thread): 4 rows
+ * 13.1 GB/s, 8 rows 16.5, 12 rows 18.3, 16 rows 18.7 (within noise of 12), 24 rows 14.3; 2 threads
+ * 21 → 28–30 GB/s with 12 (the read probe: 30–35). More independent streams keep more lines in
+ * flight than 4 did; past 16 the accumulators no longer fit the registers. */
+#define DENSE_DECODE_ROWS 12
 
 /* ---------------------------------------------------------------- bf16 / f32 */
 T512 INLINE __m512 load_w16(const void* W, int64_t i, const int bf16) {
@@ -33,19 +39,19 @@ INLINE float w_at(const void* W, int64_t i, const int bf16) {
   return bf16 ? k3_bf16(((const uint16_t*)W)[i]) : ((const float*)W)[i];
 }
 
-/* Rows r..r+RB−1, tokens t0..t0+TB−1 (RB, TB ≤ 4, compile-time after inlining). PF: sweep
- * prefetches over a later block (k3_pf_target). */
+/* Rows r..r+RB−1, tokens t0..t0+TB−1 (RB·TB ≤ 16 or RB ≤ DENSE_DECODE_ROWS with TB = 1,
+ * compile-time after inlining). PF: sweep prefetches over a later block (k3_pf_target). */
 T512 INLINE void dense_block_x(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB,
                              const int bf16, const int PF) {
   const int32_t cols = j->cols, n16 = cols - cols % 16;
   const float* X = j->X + (int64_t)t0 * j->ldx;   /* [TB][cols] */
-  __m512 acc[4][4];                             /* [row][token], lane j ← columns ≡ j mod 16 */
+  __m512 acc[DENSE_DECODE_ROWS][4];             /* [row][token], lane j ← columns ≡ j mod 16 */
   UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++) acc[i][t] = _mm512_setzero_ps();
   const char* next = k3_pf_target((const char*)j->W + r * cols * (bf16 ? 2 : 4), (int64_t)RB * cols * (bf16 ? 2 : 4));
   for (int32_t c = 0; c < n16; c += 16) {
     if (PF) UNROLL for (int l = 0; l < (RB * 16 * (bf16 ? 2 : 4) + 63) / 64; l++)
         _mm_prefetch(next + (int64_t)c * RB * (bf16 ? 2 : 4) + 64 * l, _MM_HINT_T0);
-    __m512 w[4];
+    __m512 w[DENSE_DECODE_ROWS];
     UNROLL for (int i = 0; i < RB; i++) w[i] = load_w16(j->W, (r + i) * cols + c, bf16);
     UNROLL for (int t = 0; t < TB; t++) {
       __m512 x = _mm512_loadu_ps(X + (int64_t)t * j->ldx + c);
@@ -68,8 +74,9 @@ T512 INLINE void dense_block_pf(const mm_job* j, int64_t r, int32_t t0, const in
 /* Rows in blocks of 4 (leftover rows one at a time), tokens in blocks of 4 then the tail, with
  * the prefetch sweep (measured at T = 4, 1 thread: 8.8 / 11.0 GB/s for 7168 / 1536 columns vs
  * 8.2 / 9.9 without, 6.0 / 6.7 before blocking). A lone token reads short rows one at a time and
- * long rows 4 at a time, without software prefetch (DENSE_BLOCK_MIN_ROW_BYTES; the sweep cost
- * ~25% on 14 KB rows there). */
+ * long rows DENSE_DECODE_ROWS at a time (then 4, then 1), without software prefetch
+ * (DENSE_BLOCK_MIN_ROW_BYTES; the sweep cost ~25% on 14 KB rows on Intel, and on Zen 4 for 4
+ * rows: 11.3 vs 13.3 GB/s). */
 T512 INLINE void dense_rows(const mm_job* j, int64_t r0, int64_t r1, const int bf16) {
   const int32_t T = j->T;
   const int long_rows = (int64_t)j->cols * (bf16 ? 2 : 4) >= DENSE_BLOCK_MIN_ROW_BYTES;
@@ -78,6 +85,8 @@ T512 INLINE void dense_rows(const mm_job* j, int64_t r0, int64_t r1, const int b
     for (; r < r1; r++) dense_block(j, r, 0, 1, 1, bf16);
     return;
   }
+  if (T == 1)
+    for (; r + DENSE_DECODE_ROWS <= r1; r += DENSE_DECODE_ROWS) dense_block(j, r, 0, DENSE_DECODE_ROWS, 1, bf16);
   for (; r + 4 <= r1; r += 4) {
     int32_t t = 0;
     for (; t + 4 <= T; t += 4) dense_block_pf(j, r, t, 4, 4, bf16);

@@ -5,16 +5,17 @@
  *
  * Why it is exact. Each output Y[t][r] owns one 16-lane accumulator (lane j ← columns ≡ j mod 16,
  * the k3.h order) for its whole life. Micro-kernels only ever do acc += w·x (the product rounded
- * to f32, then added; no FMA) — MXFP4: acc += (wa·xa + wb·xb)·s — in increasing column order.
+ * to f32, then added; no FMA) — the grouped formats (MXFP4, Q8, Q4): acc += (wa·xa + wb·xb)·s —
+ * in increasing column order.
  * Between column tiles the accumulator is parked in a stack scratch (a store and a load change
  * no bit). At the end the same halving tree and the same one-by-one tail as the scalar path.
- * Weights are first widened to f32 into a small tile: bf16 → f32 and E2M1 → f32 are exact, so
- * the products are the same products. Blocks only decide which independent sums run side by
+ * Weights are first widened to f32 into a small tile: bf16 → f32, E2M1 → f32 and the int8 / int4
+ * integers → f32 are exact, so the products are the same products. Blocks only decide which independent sums run side by
  * side, never the order within one.
  *
  * The loop nest, per thread (rows [r0, r1) of the job):
  *   tokens in chunks of ≤ TC
- *     rows in panels of ≤ RP                          accumulators: RP × TC × 64 B = 32 KB
+ *     rows in panels of ≤ RP                          accumulators: RP × TC × 64 B = 16 KB
  *       columns in tiles of ≤ KC                      weight tile: RP × KC f32 = 16 KB (L1)
  *         widen / decode the panel's tile once
  *         tokens in blocks of TB (the ISA's)           x block: TB × KC f32 (L1)
@@ -37,6 +38,11 @@ static float dense_tail(const mm_job* j, int64_t r, const float* x, int32_t n16,
   return s;
 }
 
+/* The weight formats of the loop nest; the grouped ones (MXFP4, Q8, Q4) share one micro-kernel. */
+enum { F32, BF16, MXFP4, Q8, Q4 };
+/* bytes per 2 columns of a weight row, by kind */
+static const int64_t BYTES2[] = { 8, 4, 1, 2, 1 };
+
 /* Asks L2 for the weights of the tile after (p, k0): the next column tile of this panel, or the
  * first of the next panel when k0 < 0. Its rows are RP separate streams that each advance only a
  * tile width per visit, too short for the hardware prefetcher; the request is made while the
@@ -46,19 +52,42 @@ static void prefetch_next_tile(const mm_job* j, int kind, int64_t p, int rp, int
     p += rp, k0 = 0;
     rp = r1 - p < RP ? (int)(r1 - p) : RP;
   }
-  const int64_t esz2 = kind == 0 ? 8 : kind == 1 ? 4 : 1; /* bytes per 2 columns */
+  const int64_t esz2 = BYTES2[kind];
   const int64_t row = (int64_t)j->cols * esz2 / 2, off = (int64_t)k0 * esz2 / 2, len = (int64_t)KC * esz2 / 2;
   for (int i = 0; i < rp; i++)
     for (int64_t b = 0; b < len && off + b < row; b += 64)
       __builtin_prefetch((const char*)j->W + (p + i) * row + off + b, 0, 2);
 }
 
-/* kind: 0 f32, 1 bf16, 2 MXFP4 */
+/* A panel's column tile [k0, k0 + kc) of the grouped formats: the weights decoded into `tile`, the
+ * group scales as f32 into sc[i·KG + g], and nan[g] bit i set where row i's MXFP4 scale is 255
+ * (the group is then skipped exactly; the int8/int4 scales are plain f32: never skipped). */
+static void grouped_tile(const mm_job* j, int kind, const mm_batch_isa* isa, int64_t p, int rp, int32_t k0, int32_t kc,
+                         float* tile, float* sc, uint32_t* nan) {
+  const int32_t cols = j->cols, G = cols / 32, groups = kc / 32;
+  for (int32_t g = 0; g < groups; g++) nan[g] = 0;
+  if (kind == MXFP4) {
+    isa->decode_mxfp4((const uint8_t*)j->W + p * (cols / 2) + k0 / 2, cols / 2, tile, rp, groups);
+    for (int i = 0; i < rp; i++)
+      for (int32_t g = 0; g < groups; g++) {
+        uint8_t s = j->S[(p + i) * G + k0 / 32 + g];
+        sc[i * KG + g] = k3_e8m0(s);
+        nan[g] |= (uint32_t)(s == 255) << i;
+      }
+    return;
+  }
+  if (kind == Q8) isa->decode_q8((const int8_t*)j->W + p * cols + k0, cols, tile, rp, groups);
+  else isa->decode_q4((const uint8_t*)j->W + p * (cols / 2) + k0 / 2, cols / 2, tile, rp, groups);
+  for (int i = 0; i < rp; i++)
+    for (int32_t g = 0; g < groups; g++) sc[i * KG + g] = j->Sf[(p + i) * G + k0 / 32 + g];
+}
+
 static void batch(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa, int kind) {
   const int32_t cols = j->cols, T = j->T;
-  const int32_t n = kind == 2 ? cols : cols - cols % 16; /* columns the accumulators cover */
+  const int grouped = kind >= MXFP4;
+  const int32_t n = grouped ? cols : cols - cols % 16; /* columns the accumulators cover */
   float tile[RP * KC] __attribute__((aligned(64)));      /* widened weights [row][KC] */
-  float sc[RP * KG];                                      /* MXFP4: group scales [row][KG] */
+  float sc[RP * KG];                                      /* grouped: scales [row][KG] */
   uint32_t nan[KG];                                       /* MXFP4: bit i = row i has scale 255 */
   float A[RP * TC * 16] __attribute__((aligned(64)));    /* parked accumulators [row][token][16] */
   float y[RP * TC];
@@ -72,19 +101,9 @@ static void batch(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* i
         const int32_t kc = n - k0 < KC ? n - k0 : KC;
         const float* Wp = tile;
         int64_t ldw = KC;
-        if (kind == 0) Wp = (const float*)j->W + p * cols + k0, ldw = cols;
-        else if (kind == 1) isa->widen_bf16((const uint16_t*)j->W + p * cols + k0, cols, tile, rp, kc);
-        else {
-          const int32_t G = cols / 32;
-          isa->decode_mxfp4((const uint8_t*)j->W + p * (cols / 2) + k0 / 2, cols / 2, tile, rp, kc / 32);
-          for (int32_t g = 0; g < kc / 32; g++) nan[g] = 0;
-          for (int i = 0; i < rp; i++)
-            for (int32_t g = 0; g < kc / 32; g++) {
-              uint8_t s = j->S[(p + i) * G + k0 / 32 + g];
-              sc[i * KG + g] = k3_e8m0(s);
-              nan[g] |= (uint32_t)(s == 255) << i;
-            }
-        }
+        if (kind == F32) Wp = (const float*)j->W + p * cols + k0, ldw = cols;
+        else if (kind == BF16) isa->widen_bf16((const uint16_t*)j->W + p * cols + k0, cols, tile, rp, kc);
+        else grouped_tile(j, kind, isa, p, rp, k0, kc, tile, sc, nan);
         prefetch_next_tile(j, kind, p, rp, k0 + KC < n ? k0 + KC : -1, r1);
         /* token blocks outside, row blocks inside: the token block's x stays in L1 while the
          * panel's rows sweep the L1-resident tile */
@@ -94,7 +113,7 @@ static void batch(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* i
           for (int rb = 0; rb < rp; rb += isa->rb) {
             const int R = rp - rb < isa->rb ? rp - rb : isa->rb;
             float* At = A + (rb * TC + t) * 16;
-            if (kind == 2) isa->mxfp4(Wp + rb * ldw, sc + rb * KG, nan, rb, Xt, j->ldx, At, k0 == 0, kc / 32, R, tb);
+            if (grouped) isa->grouped(Wp + rb * ldw, sc + rb * KG, nan, rb, Xt, j->ldx, At, k0 == 0, kc / 32, R, tb);
             else isa->dense(Wp + rb * ldw, ldw, Xt, j->ldx, At, k0 == 0, kc, R, tb);
           }
         }
@@ -103,13 +122,15 @@ static void batch(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* i
       for (int32_t t = 0; t < tc; t++)
         for (int i = 0; i < rp; i++) {
           float s = y[i * TC + t];
-          if (kind != 2 && n < cols) s = dense_tail(j, p + i, X + (int64_t)t * j->ldx, n, s, kind == 1);
+          if (!grouped && n < cols) s = dense_tail(j, p + i, X + (int64_t)t * j->ldx, n, s, kind == BF16);
           j->Y[(int64_t)(t0 + t) * j->ldy + p + i] = s;
         }
     }
   }
 }
 
-void k3_mm_batch_f32(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa) { batch(j, r0, r1, isa, 0); }
-void k3_mm_batch_bf16(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa) { batch(j, r0, r1, isa, 1); }
-void k3_mm_batch_mxfp4(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa) { batch(j, r0, r1, isa, 2); }
+void k3_mm_batch_f32(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa) { batch(j, r0, r1, isa, F32); }
+void k3_mm_batch_bf16(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa) { batch(j, r0, r1, isa, BF16); }
+void k3_mm_batch_mxfp4(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa) { batch(j, r0, r1, isa, MXFP4); }
+void k3_mm_batch_q8(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa) { batch(j, r0, r1, isa, Q8); }
+void k3_mm_batch_q4(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa) { batch(j, r0, r1, isa, Q4); }

@@ -32,6 +32,25 @@ TAVX2 static void decode_mxfp4(const uint8_t* P, int64_t ldp, float* tile, int r
     }
 }
 
+/* int8 / int4 integers → f32 (exact), column order. Q4: byte i of a group holds column i (low
+ * nibble) and 16 + i (high), each as q + 8 (k3.h). */
+TAVX2 static void decode_q8(const int8_t* Q, int64_t ldq, float* tile, int rows, int32_t groups) {
+  for (int i = 0; i < rows; i++)
+    for (int32_t q = 0; q < groups * 4; q++)
+      _mm256_store_ps(tile + i * KC + 8 * q, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(Q + i * ldq + 8 * q)))));
+}
+
+TAVX2 static void decode_q4(const uint8_t* Q, int64_t ldq, float* tile, int rows, int32_t groups) {
+  const __m256i low = _mm256_set1_epi32(15), eight = _mm256_set1_epi32(8);
+  for (int i = 0; i < rows; i++)
+    for (int32_t g = 0; g < groups; g++)
+      for (int h = 0; h < 2; h++) { /* bytes 8h..8h+7: columns 8h.. (low) and 16+8h.. (high) */
+        __m256i u = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(Q + i * ldq + 16 * g + 8 * h)));
+        _mm256_store_ps(tile + i * KC + 32 * g + 8 * h, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(u, low), eight)));
+        _mm256_store_ps(tile + i * KC + 32 * g + 16 + 8 * h, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(u, 4), eight)));
+      }
+}
+
 TAVX2 INLINE void dense_micro(const float* Wt, int64_t ldw, const float* X, int64_t ldx, float* A,
                               int first, int32_t n, const int R, const int TB) {
   __m256 acc[RBMAX][TBD][2];
@@ -121,8 +140,10 @@ TAVX2 static void reduce(const float* A, int32_t n, float* y) {
   for (int32_t t = 0; t < n; t++) y[t] = tree_avx2(_mm256_load_ps(A + t * 16), _mm256_load_ps(A + t * 16 + 8));
 }
 
-static const mm_batch_isa dense_isa = { RBMAX, TBD, widen_bf16, decode_mxfp4, dense, mxfp4, reduce };
-static const mm_batch_isa mx_isa = { RBMAX, TBM, widen_bf16, decode_mxfp4, dense, mxfp4, reduce };
+static const mm_batch_isa dense_isa = { RBMAX, TBD, widen_bf16, decode_mxfp4, decode_q8, decode_q4, dense, mxfp4, reduce };
+static const mm_batch_isa mx_isa = { RBMAX, TBM, widen_bf16, decode_mxfp4, decode_q8, decode_q4, dense, mxfp4, reduce };
 TAVX2 void k3_mm_bf16_batch_avx2(const mm_job* j, int64_t r0, int64_t r1) { k3_mm_batch_bf16(j, r0, r1, &dense_isa); }
 TAVX2 void k3_mm_f32_batch_avx2(const mm_job* j, int64_t r0, int64_t r1) { k3_mm_batch_f32(j, r0, r1, &dense_isa); }
 TAVX2 void k3_mm_mxfp4_batch_avx2(const mm_job* j, int64_t r0, int64_t r1) { k3_mm_batch_mxfp4(j, r0, r1, &mx_isa); }
+TAVX2 void k3_mm_q8_batch_avx2(const mm_job* j, int64_t r0, int64_t r1) { k3_mm_batch_q8(j, r0, r1, &mx_isa); }
+TAVX2 void k3_mm_q4_batch_avx2(const mm_job* j, int64_t r0, int64_t r1) { k3_mm_batch_q4(j, r0, r1, &mx_isa); }

@@ -32,6 +32,24 @@ T512 static void decode_mxfp4(const uint8_t* P, int64_t ldp, float* tile, int ro
     }
 }
 
+/* int8 / int4 integers → f32 (exact), column order. Q4: byte i of a group holds column i (low
+ * nibble) and 16 + i (high), each as q + 8 (k3.h). */
+T512 static void decode_q8(const int8_t* Q, int64_t ldq, float* tile, int rows, int32_t groups) {
+  for (int i = 0; i < rows; i++)
+    for (int32_t h = 0; h < groups * 2; h++)
+      _mm512_store_ps(tile + i * KC + 16 * h, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(Q + i * ldq + 16 * h)))));
+}
+
+T512 static void decode_q4(const uint8_t* Q, int64_t ldq, float* tile, int rows, int32_t groups) {
+  const __m512i low = _mm512_set1_epi32(15), eight = _mm512_set1_epi32(8);
+  for (int i = 0; i < rows; i++)
+    for (int32_t g = 0; g < groups; g++) {
+      __m512i u = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(Q + i * ldq + 16 * g)));
+      _mm512_store_ps(tile + i * KC + 32 * g, _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(u, low), eight)));
+      _mm512_store_ps(tile + i * KC + 32 * g + 16, _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(u, 4), eight)));
+    }
+}
+
 T512 INLINE void dense_micro(const float* Wt, int64_t ldw, const float* X, int64_t ldx, float* A,
                              int first, int32_t n, const int R, const int TB) {
   __m512 acc[RBMAX][TBD];
@@ -123,8 +141,10 @@ T512 static void reduce(const float* A, int32_t n, float* y) {
 }
 
 /* The table's tb is per kind: dense blocks 6 tokens, MXFP4 4 (register budget). */
-static const mm_batch_isa dense_isa = { RBMAX, TBD, widen_bf16, decode_mxfp4, dense, mxfp4, reduce };
-static const mm_batch_isa mx_isa = { RBMAX, TBM, widen_bf16, decode_mxfp4, dense, mxfp4, reduce };
+static const mm_batch_isa dense_isa = { RBMAX, TBD, widen_bf16, decode_mxfp4, decode_q8, decode_q4, dense, mxfp4, reduce };
+static const mm_batch_isa mx_isa = { RBMAX, TBM, widen_bf16, decode_mxfp4, decode_q8, decode_q4, dense, mxfp4, reduce };
 T512 void k3_mm_bf16_batch_avx512(const mm_job* j, int64_t r0, int64_t r1) { k3_mm_batch_bf16(j, r0, r1, &dense_isa); }
 T512 void k3_mm_f32_batch_avx512(const mm_job* j, int64_t r0, int64_t r1) { k3_mm_batch_f32(j, r0, r1, &dense_isa); }
 T512 void k3_mm_mxfp4_batch_avx512(const mm_job* j, int64_t r0, int64_t r1) { k3_mm_batch_mxfp4(j, r0, r1, &mx_isa); }
+T512 void k3_mm_q8_batch_avx512(const mm_job* j, int64_t r0, int64_t r1) { k3_mm_batch_q8(j, r0, r1, &mx_isa); }
+T512 void k3_mm_q4_batch_avx512(const mm_job* j, int64_t r0, int64_t r1) { k3_mm_batch_q4(j, r0, r1, &mx_isa); }

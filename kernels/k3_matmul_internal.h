@@ -16,6 +16,7 @@ typedef struct {
   float* Y;               /* row t at Y + t·ldy (rows floats) */
   int32_t rows, cols, T, isa;
   int64_t ldx, ldy;       /* row strides in floats: ldx ≥ cols, ldy ≥ rows (k3.h) */
+  const float* Sf;        /* Q8 / Q4 scales [rows][cols/32] (kernels/k3_matmul_q.c) */
 } mm_job;
 
 /* The argument check every k3_matmul_* entry point makes before any work (k3.h): K3_OK, or
@@ -33,6 +34,36 @@ static inline int32_t k3_mm_check(const void* W, const void* S, int need_s, cons
 
 /* Computes rows [r0, r1) for all T tokens. */
 typedef void (*mm_rows_fn)(const mm_job*, int64_t r0, int64_t r1);
+/* One path of every format (k3_mm_<fmt>_<suffix>: the row-blocked k3_mm_bf16_avx2, the batched
+ * k3_mm_q8_batch_neon, …). */
+#define K3_MM_DECL(suffix)                                                    \
+  void k3_mm_f32_##suffix(const mm_job* j, int64_t r0, int64_t r1);          \
+  void k3_mm_bf16_##suffix(const mm_job* j, int64_t r0, int64_t r1);         \
+  void k3_mm_mxfp4_##suffix(const mm_job* j, int64_t r0, int64_t r1);        \
+  void k3_mm_q8_##suffix(const mm_job* j, int64_t r0, int64_t r1);           \
+  void k3_mm_q4_##suffix(const mm_job* j, int64_t r0, int64_t r1);
+
+/* Per ISA: the row-blocked paths below BATCH_MIN_T tokens, the GEMM-blocked ones
+ * (k3_matmul_batch*.c) from there on. Same bits either way. A path this build lacks is NULL and
+ * never chosen (k3_isa_set never selects an ISA the build lacks). */
+typedef struct { mm_rows_fn scalar, avx2, avx512, neon, batch_avx2, batch_avx512, batch_neon; } mm_paths;
+/* The whole call of a k3_matmul_* entry point: the argument check (k3_mm_check: cols a multiple
+ * of `group`, scales present if `need_s`), then the current ISA's path on the pool. */
+int32_t k3_mm_run(mm_job j, int32_t group, int need_s, mm_paths p);
+#if defined(__x86_64__)
+#define X86(f) f
+#else
+#define X86(f) NULL
+#endif
+#if defined(__aarch64__)
+#define ARM(f) f
+#else
+#define ARM(f) NULL
+#endif
+/* Every path of one format: the scalar function, then k3_mm_<fmt>_<isa> and k3_mm_<fmt>_batch_<isa>. */
+#define K3_MM_PATHS(scalar, fmt)                                                                      \
+  (mm_paths){ scalar, X86(k3_mm_##fmt##_avx2), X86(k3_mm_##fmt##_avx512), ARM(k3_mm_##fmt##_neon),     \
+              X86(k3_mm_##fmt##_batch_avx2), X86(k3_mm_##fmt##_batch_avx512), ARM(k3_mm_##fmt##_batch_neon) }
 
 /* E2M1 values by nibble: bits 0–2 index [0, .5, 1, 1.5, 2, 3, 4, 6], bit 3 = sign (8 = −0). */
 extern const float k3_e2m1[16];
@@ -63,46 +94,47 @@ static inline const char* k3_pf_target(const void* block, int64_t block_bytes) {
 /* Many tokens per call (k3_matmul_batch.c): from BATCH_MIN_T tokens on, a GEMM-blocked loop nest
  * with register-blocked micro-kernels per ISA. KC: columns per widened weight tile; RP: rows per
  * panel (the panel's accumulators stay parked across column tiles); TC: tokens per chunk. The
- * stack holds RP × KC f32 (16 KB) of tile and RP × TC × 16 f32 (32 KB) of accumulators. */
+ * stack holds RP × KC f32 (16 KB) of tile and RP × TC × 16 f32 (16 KB) of accumulators.
+ * Measured (issue 23, AMD Zen 4, bench/kernels.ts, old vs new in one run): 8 × 512 is 3–6 %
+ * faster than 16 × 256 for bf16, MXFP4 and int4 on AVX2 and AVX-512 at T = 32–256 (an
+ * accumulator is parked and reloaded half as often, the tile is the same 16 KB); 4 × 1024 and
+ * 15-row panels with 3 × 8 blocks were no better. */
 #define BATCH_MIN_T 8
-#define KC 256
+#define KC 512
 #define KG (KC / 32)
-#define RP 16
+#define RP 8
 #define TC 32
 
 /* An ISA's part of the batched matmuls. Accumulators are 16 floats (the k3.h lanes, in order)
  * at A + (i·TC + t)·16 for row i and token t of the block; `first` = start them at +0 instead of
- * loading them. Tiles are row-major with row stride KC (MXFP4: decoded E2M1 values in column
- * order; scales St[i·KG + g] as f32; nan[g] bit (row0 + i) = row i of the block has scale 255 in
- * group g, whose contribution is then skipped exactly). */
+ * loading them. Tiles are row-major with row stride KC (the grouped formats: decoded E2M1 or
+ * integer values in column order; scales St[i·KG + g] as f32; nan[g] bit (row0 + i) = row i of
+ * the block has MXFP4 scale 255 in group g, whose contribution is then skipped exactly). */
 typedef struct {
   int rb, tb; /* register block: rows × tokens per micro-kernel call (R ≤ rb, TB ≤ tb) */
   void (*widen_bf16)(const uint16_t* W, int64_t ldw, float* tile, int rows, int32_t n);
   void (*decode_mxfp4)(const uint8_t* P, int64_t ldp, float* tile, int rows, int32_t groups);
+  void (*decode_q8)(const int8_t* Q, int64_t ldq, float* tile, int rows, int32_t groups);
+  void (*decode_q4)(const uint8_t* Q, int64_t ldq, float* tile, int rows, int32_t groups);
   void (*dense)(const float* Wt, int64_t ldw, const float* X, int64_t ldx, float* A, int first,
                 int32_t n, int R, int TB);
-  void (*mxfp4)(const float* Wt, const float* St, const uint32_t* nan, int row0, const float* X,
-                int64_t ldx, float* A, int first, int32_t groups, int R, int TB);
+  void (*grouped)(const float* Wt, const float* St, const uint32_t* nan, int row0, const float* X,
+                  int64_t ldx, float* A, int first, int32_t groups, int R, int TB);
   void (*reduce)(const float* A, int32_t n, float* y); /* y[t] = halving tree of A[t·16 ..] */
 } mm_batch_isa;
 void k3_mm_batch_f32(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa);
 void k3_mm_batch_bf16(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa);
 void k3_mm_batch_mxfp4(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa);
-void k3_mm_bf16_batch_avx2(const mm_job* j, int64_t r0, int64_t r1);
-void k3_mm_f32_batch_avx2(const mm_job* j, int64_t r0, int64_t r1);
-void k3_mm_mxfp4_batch_avx2(const mm_job* j, int64_t r0, int64_t r1);
-void k3_mm_bf16_batch_avx512(const mm_job* j, int64_t r0, int64_t r1);
-void k3_mm_f32_batch_avx512(const mm_job* j, int64_t r0, int64_t r1);
-void k3_mm_mxfp4_batch_avx512(const mm_job* j, int64_t r0, int64_t r1);
+void k3_mm_batch_q8(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa);
+void k3_mm_batch_q4(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa);
+/* Each ISA's batched entry points, per format (k3_mm_<fmt>_batch_<isa>). */
+K3_MM_DECL(batch_avx2)
+K3_MM_DECL(batch_avx512)
+K3_MM_DECL(batch_neon)
 
-void k3_mm_bf16_avx2(const mm_job* j, int64_t r0, int64_t r1);
-void k3_mm_f32_avx2(const mm_job* j, int64_t r0, int64_t r1);
-void k3_mm_mxfp4_avx2(const mm_job* j, int64_t r0, int64_t r1);
-void k3_mm_bf16_avx512(const mm_job* j, int64_t r0, int64_t r1);
-void k3_mm_f32_avx512(const mm_job* j, int64_t r0, int64_t r1);
-void k3_mm_mxfp4_avx512(const mm_job* j, int64_t r0, int64_t r1);
-/* aarch64 only (k3_matmul_neon.c); the x86 files above are built for x86-64 only (build.zig). */
-void k3_mm_bf16_neon(const mm_job* j, int64_t r0, int64_t r1);
-void k3_mm_f32_neon(const mm_job* j, int64_t r0, int64_t r1);
-void k3_mm_mxfp4_neon(const mm_job* j, int64_t r0, int64_t r1);
+/* The row-blocked paths per ISA and format: k3_matmul_<isa>.c (bf16, f32, mxfp4) and
+ * k3_matmul_q.c (q8, q4). The x86 ones are built for x86-64 only, NEON for aarch64 (build.zig). */
+K3_MM_DECL(avx2)
+K3_MM_DECL(avx512)
+K3_MM_DECL(neon)
 #endif

@@ -13,6 +13,9 @@
  * AVX-512 (one zmm) and NEON (four float32x4, aarch64 builds) do the same operations in the same
  * order: bit-identical. Each vector path is compiled on its architecture only.
  * Threads split rows (one row per thread, any T gives the same bits), like the other matmuls.
+ * These are the row-blocked paths (below 8 tokens per call); from 8 tokens on the products run
+ * GEMM-blocked in k3_matmul_batch.c (the integers widened to f32 in a tile, the MXFP4 micro-
+ * kernel), with the same bits. The dispatch and the argument check are k3_matmul.c's (k3_mm_run).
  *
  * The quantisers are here too, so packing a 100 GB trunk runs at C speed on every core and
  * gives the same bytes on every machine: s = amax/127 (Q8) or amax/7 (Q4) in f32, q = the
@@ -32,28 +35,23 @@
 #endif
 #define SMALL_WEIGHTS 65536 /* below this many weights a product runs on the calling thread */
 
-typedef struct {
-  const uint8_t* W; /* Q8: int8 [rows][cols]; Q4: [rows][cols/2] */
-  const float* S;   /* [rows][cols/32] */
-  const float* X;   /* row t at X + t·ldx */
-  float* Y;         /* row t at Y + t·ldy */
-  int32_t rows, cols, T, q4;
-  int64_t ldx, ldy;
-} q_job;
+/* Jobs are mm_job (k3_matmul_internal.h): W the integers (Q8: int8 [rows][cols]; Q4:
+ * [rows][cols/2]), Sf the scales [rows][cols/32]. */
+typedef mm_job q_job;
 
 /* ---------------------------------------------------------------- scalar (reference order) */
-static float q_row_scalar(const q_job* j, int64_t r, int32_t t) {
+static float q_row_scalar(const q_job* j, int64_t r, int32_t t, const int q4) {
   const int32_t cols = j->cols, G = cols / 32;
-  const int64_t rb = j->q4 ? cols / 2 : cols;
-  const uint8_t* b = j->W + r * rb;
-  const float* s = j->S + r * G;
+  const int64_t rb = q4 ? cols / 2 : cols;
+  const uint8_t* b = (const uint8_t*)j->W + r * rb;
+  const float* s = j->Sf + r * G;
   const float* x = j->X + (int64_t)t * j->ldx;
   float acc[16] = {0};
   for (int32_t g = 0; g < G; g++) {
     const float* xg = x + g * 32;
     for (int l = 0; l < 16; l++) {
       float qa, qb;
-      if (j->q4) {
+      if (q4) {
         qa = (float)((b[g * 16 + l] & 15) - 8);
         qb = (float)((b[g * 16 + l] >> 4) - 8);
       } else {
@@ -70,10 +68,12 @@ static float q_row_scalar(const q_job* j, int64_t r, int32_t t) {
   return k3_tree16(acc);
 }
 
-static void q_rows_scalar(const q_job* j, int64_t r0, int64_t r1) {
+static void q_rows_scalar(const q_job* j, int64_t r0, int64_t r1, const int q4) {
   for (int64_t r = r0; r < r1; r++)
-    for (int32_t t = 0; t < j->T; t++) j->Y[(int64_t)t * j->ldy + r] = q_row_scalar(j, r, t);
+    for (int32_t t = 0; t < j->T; t++) j->Y[(int64_t)t * j->ldy + r] = q_row_scalar(j, r, t, q4);
 }
+static void q8_scalar(const q_job* j, int64_t r0, int64_t r1) { q_rows_scalar(j, r0, r1, 0); }
+static void q4_scalar(const q_job* j, int64_t r0, int64_t r1) { q_rows_scalar(j, r0, r1, 1); }
 
 #if defined(__x86_64__)
 /* ---------------------------------------------------------------- AVX2 (x86-64 builds only) */
@@ -115,8 +115,8 @@ TAVX2 INLINE void q_block_avx2(const q_job* j, int64_t r, int32_t t0, const int 
   for (int32_t g = 0; g < G; g++) {
     UNROLL for (int i = 0; i < RB; i++) {
       __m256 a0, a1, b0, b1;
-      q_group_avx2(j->W + (r + i) * rb, g, q4, &a0, &a1, &b0, &b1);
-      __m256 s = _mm256_broadcast_ss(j->S + (r + i) * G + g);
+      q_group_avx2((const uint8_t*)j->W + (r + i) * rb, g, q4, &a0, &a1, &b0, &b1);
+      __m256 s = _mm256_broadcast_ss(j->Sf + (r + i) * G + g);
       UNROLL for (int t = 0; t < TB; t++) {
         const float* x = j->X + (int64_t)(t0 + t) * j->ldx + g * 32;
         __m256 p0 = _mm256_add_ps(_mm256_mul_ps(a0, _mm256_loadu_ps(x)), _mm256_mul_ps(b0, _mm256_loadu_ps(x + 16)));
@@ -148,10 +148,8 @@ TAVX2 INLINE void q_rows_avx2_x(const q_job* j, int64_t r0, int64_t r1, const in
   for (; r < r1; r++)
     for (int32_t t = 0; t < T; t++) q_block_avx2(j, r, t, 1, 1, q4);
 }
-TAVX2 static void q_rows_avx2(const q_job* j, int64_t r0, int64_t r1) {
-  if (j->q4) q_rows_avx2_x(j, r0, r1, 1);
-  else q_rows_avx2_x(j, r0, r1, 0);
-}
+TAVX2 void k3_mm_q8_avx2(const q_job* j, int64_t r0, int64_t r1) { q_rows_avx2_x(j, r0, r1, 0); }
+TAVX2 void k3_mm_q4_avx2(const q_job* j, int64_t r0, int64_t r1) { q_rows_avx2_x(j, r0, r1, 1); }
 
 /* ---------------------------------------------------------------- AVX-512 */
 T512 INLINE float tree_avx512(__m512 v) {
@@ -187,8 +185,8 @@ T512 INLINE void q_block_avx512(const q_job* j, int64_t r, int32_t t0, const int
   for (int32_t g = 0; g < G; g++) {
     __m512 wa[4], wb[4], s[4];
     UNROLL for (int i = 0; i < RB; i++) {
-      q_group_avx512(j->W + (r + i) * rb, g, q4, &wa[i], &wb[i]);
-      s[i] = _mm512_set1_ps(j->S[(r + i) * G + g]);
+      q_group_avx512((const uint8_t*)j->W + (r + i) * rb, g, q4, &wa[i], &wb[i]);
+      s[i] = _mm512_set1_ps(j->Sf[(r + i) * G + g]);
     }
     UNROLL for (int t = 0; t < TB; t++) {
       const float* x = j->X + (int64_t)(t0 + t) * j->ldx + g * 32;
@@ -221,10 +219,8 @@ T512 INLINE void q_rows_avx512_x(const q_job* j, int64_t r0, int64_t r1, const i
     for (; t < T; t++) q_block_avx512(j, r, t, 1, 1, q4);
   }
 }
-T512 static void q_rows_avx512(const q_job* j, int64_t r0, int64_t r1) {
-  if (j->q4) q_rows_avx512_x(j, r0, r1, 1);
-  else q_rows_avx512_x(j, r0, r1, 0);
-}
+T512 void k3_mm_q8_avx512(const q_job* j, int64_t r0, int64_t r1) { q_rows_avx512_x(j, r0, r1, 0); }
+T512 void k3_mm_q4_avx512(const q_job* j, int64_t r0, int64_t r1) { q_rows_avx512_x(j, r0, r1, 1); }
 #endif
 
 #if defined(__aarch64__)
@@ -264,13 +260,13 @@ INLINE void q_group_neon(const uint8_t* row, int32_t g, const int q4, float32x4_
 /* One row × tokens t0..t0+TB−1 (TB ≤ 4): one decode serves TB tokens. */
 INLINE void q_block_neon(const q_job* j, int64_t r, int32_t t0, const int TB, const int q4) {
   const int32_t cols = j->cols, G = cols / 32;
-  const uint8_t* row = j->W + r * (q4 ? cols / 2 : cols);
+  const uint8_t* row = (const uint8_t*)j->W + r * (q4 ? cols / 2 : cols);
   float32x4_t acc[4][4];
   UNROLL for (int t = 0; t < TB; t++) UNROLL for (int q = 0; q < 4; q++) acc[t][q] = vdupq_n_f32(0.0f);
   for (int32_t g = 0; g < G; g++) {
     float32x4_t wa[4], wb[4];
     q_group_neon(row, g, q4, wa, wb);
-    float32x4_t s = vdupq_n_f32(j->S[r * G + g]);
+    float32x4_t s = vdupq_n_f32(j->Sf[r * G + g]);
     UNROLL for (int t = 0; t < TB; t++) {
       const float* x = j->X + (int64_t)(t0 + t) * j->ldx + g * 32;
       UNROLL for (int q = 0; q < 4; q++) {
@@ -289,48 +285,19 @@ INLINE void q_rows_neon_x(const q_job* j, int64_t r0, int64_t r1, const int q4) 
     for (; t < j->T; t++) q_block_neon(j, r, t, 1, q4);
   }
 }
-static void q_rows_neon(const q_job* j, int64_t r0, int64_t r1) {
-  if (j->q4) q_rows_neon_x(j, r0, r1, 1);
-  else q_rows_neon_x(j, r0, r1, 0);
-}
+void k3_mm_q8_neon(const q_job* j, int64_t r0, int64_t r1) { q_rows_neon_x(j, r0, r1, 0); }
+void k3_mm_q4_neon(const q_job* j, int64_t r0, int64_t r1) { q_rows_neon_x(j, r0, r1, 1); }
 #endif
 
-/* ---------------------------------------------------------------- dispatch */
-typedef struct { q_job j; void (*fn)(const q_job*, int64_t, int64_t); } q_task;
-
-static void q_part(void* ctx, int32_t i, int32_t n) {
-  q_task* t = ctx;
-  int64_t lo, hi;
-  k3_chunk(t->j.rows, i, n, &lo, &hi);
-  if (hi > lo) t->fn(&t->j, lo, hi);
-}
-
-static int32_t q_run(q_job j) {
-  int32_t st = k3_mm_check(j.W, j.S, 1, j.X, j.ldx, j.Y, j.ldy, j.rows, j.cols, j.T, 32);
-  if (st != K3_OK || j.rows == 0 || j.T == 0) return st;
-  int32_t isa = k3_isa_current();
-#if defined(__x86_64__)
-  q_task t = { j, isa == K3_ISA_AVX512 ? q_rows_avx512 : isa == K3_ISA_AVX2 ? q_rows_avx2 : q_rows_scalar };
-#elif defined(__aarch64__)
-  q_task t = { j, isa == K3_ISA_NEON ? q_rows_neon : q_rows_scalar };
-#else
-  (void)isa;
-  q_task t = { j, q_rows_scalar };
-#endif
-  k3_pool_run_if(q_part, &t, (int64_t)j.rows * j.cols < SMALL_WEIGHTS);
-  return K3_OK;
-}
-
+/* ---------------------------------------------------------------- entry points */
 K3_API int32_t k3_matmul_q8(const int8_t* q, const float* scales, const float* X, int32_t ldx, float* Y,
                             int32_t ldy, int32_t rows, int32_t cols, int32_t T) {
-  q_job j = { (const uint8_t*)q, scales, X, Y, rows, cols, T, 0, ldx, ldy };
-  return q_run(j);
+  return k3_mm_run((mm_job){ q, NULL, X, Y, rows, cols, T, k3_isa_current(), ldx, ldy, scales }, 32, 1, K3_MM_PATHS(q8_scalar, q8));
 }
 
 K3_API int32_t k3_matmul_q4(const uint8_t* q, const float* scales, const float* X, int32_t ldx, float* Y,
                             int32_t ldy, int32_t rows, int32_t cols, int32_t T) {
-  q_job j = { q, scales, X, Y, rows, cols, T, 1, ldx, ldy };
-  return q_run(j);
+  return k3_mm_run((mm_job){ q, NULL, X, Y, rows, cols, T, k3_isa_current(), ldx, ldy, scales }, 32, 1, K3_MM_PATHS(q4_scalar, q4));
 }
 
 /* ---------------------------------------------------------------- quantisers */

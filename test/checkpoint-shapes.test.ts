@@ -3,7 +3,7 @@ import { describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { readConfig } from "../src/checkpoint/config.ts";
 import { computeCensus } from "../src/checkpoint/census.ts";
-import { expectedTensors, expertBytes, expertTensorNames, tensorBytes } from "../src/checkpoint/shapes.ts";
+import { expectedTensors, expertBytes, expertTensorNames, tensorBytes, unitMatrices } from "../src/checkpoint/shapes.ts";
 import { tinyConfig } from "./helpers/checkpoint-fixture.ts";
 
 const cfg = readConfig(join(import.meta.dir, "../reference/k3/config.json"));
@@ -72,5 +72,26 @@ describe("shapes of the release", () => {
     const t = tinyConfig();
     // w1/w3: [32, 64/2] + [32, 64/32]; w2: [64, 32/2] + [64, 32/32]
     expect(expertBytes(t)).toBe(2 * (32 * 32 + 32 * 2) + (64 * 16 + 64 * 1));
+  });
+});
+
+describe("the trunk table (issue 23: one table for the forward pass, the planner and the packer)", () => {
+  const walk = (L: number) => unitMatrices(cfg, L).map((s) => s.name.replace(`language_model.model.layers.${L}.`, ""));
+  test("each unit's matrices in the order the forward pass multiplies by them, with their shape and role", () => {
+    const kda = cfg.layerKinds.indexOf("kda"), mla = cfg.layerKinds.indexOf("mla"), moe = cfg.firstKDense;
+    expect(walk(kda).slice(0, 8)).toEqual(["q", "k", "v", "f_a", "f_b", "b", "g", "o"].map((n) => `self_attn.${n}_proj.weight`));
+    expect(walk(mla).slice(0, 6)).toEqual(["q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "g_proj", "o_proj"].map((n) => `self_attn.${n}.weight`));
+    expect(walk(0).slice(-3)).toEqual(["mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"]);
+    expect(walk(moe).slice(-5)).toEqual(["routed_expert_down_proj", "shared_experts.gate_proj", "shared_experts.up_proj", "shared_experts.down_proj", "routed_expert_up_proj"].map((n) => `block_sparse_moe.${n}.weight`));
+    expect(unitMatrices(cfg, cfg.numLayers).map((s) => [s.name, s.shape])).toEqual([["language_model.lm_head.weight", [cfg.vocab, cfg.hidden]]]);
+    // kv_b is read whole and as bf16 by k3_mla_attend; every other matrix may be sliced and packed
+    const roles = unitMatrices(cfg, mla).map((s) => [s.name.split(".").at(-2), s.matrix.sliceable, s.matrix.packable]);
+    expect(roles.filter(([, sl, pk]) => !sl || !pk)).toEqual([["kv_b_proj", false, false]]);
+    // the router gate is multiplied but small: the unit's core, never a walk matrix
+    expect(walk(moe)).not.toContain("block_sparse_moe.gate.weight");
+  });
+  test("the table's matrices are the trunk's 2-D bf16 tensors the catalogue checks, shapes included", () => {
+    for (let L = 0; L < cfg.numLayers; L++)
+      for (const s of unitMatrices(cfg, L)) expect({ n: s.name, shape: byName.get(s.name)?.shape, dtype: s.dtype }).toEqual({ n: s.name, shape: s.shape, dtype: "BF16" });
   });
 });

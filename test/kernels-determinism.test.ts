@@ -122,6 +122,27 @@ describe("KDA and MLA bits across thread counts and batching", () => {
   });
 });
 
+describe("elementwise ops split across the pool", () => {
+  test("sigmoid, mul_sigmoid and SiTU-GLU: threads 1, 2, 3 give the same bits (n above and below the split)", () => {
+    const r = rng(71);
+    for (const n of [4095, 4096, 100_003]) {
+      const g = randF32(r, n, -30, 30), u = randF32(r, n, -60, 60);
+      const run = (threads: number) =>
+        withIsaThreads(ISA.auto, threads, () => {
+          const s = g.slice(), m = u.slice(), o = new Float32Array(n), alias = g.slice();
+          k.k3_sigmoid(s, n);
+          k.k3_mul_sigmoid(m, g, n);
+          k.k3_situ_glu(g, u, o, n, 4, 25);
+          k.k3_situ_glu(alias, u, alias, n, 4, 25); // out aliases g
+          return [bitsHash(s), bitsHash(m), bitsHash(o), bitsHash(alias)];
+        });
+      const one = run(1);
+      expect(one[3]).toBe(one[2]);
+      for (const threads of [2, 3]) expect({ n, threads, h: run(threads) }).toEqual({ n, threads, h: one });
+    }
+  });
+});
+
 describe("pool and memory", () => {
   test("pool resizes within 1..64, refuses sizes outside (unchanged), and the read probe sums bytes exactly", () => {
     expect(k.k3_pool_init(3)).toBe(3);

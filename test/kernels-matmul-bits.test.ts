@@ -82,12 +82,48 @@ function cases(): Case[] {
     for (let i = 0; i < X.length; i += 5) X[i] *= 2 ** -120;
     out.push({ name: `mxfp4 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_mxfp4(packed, scales, X, cols, Y, rows, rows, cols, T); return Y; } });
   }
+  out.push(...qCases(), ...decodeRowCases());
+  return out;
+}
+
+/** One-token products of long rows with more rows per thread than the AVX-512 decode block
+ *  (k3_matmul_avx512.c DENSE_DECODE_ROWS = 12, then blocks of 4, then single rows), bf16 and f32,
+ *  at 1–3 threads: their own random stream, hashed with the library before that block. */
+function decodeRowCases(): Case[] {
+  const r = rng(0x12d0);
+  const out: Case[] = [];
+  for (const [rows, cols] of [[61, 6200], [45, 3090]] as const) {
+    const Wb = randBF16(r, rows * cols), Wf = randF32(r, rows * cols, -2, 2), X = randF32(r, cols, -3, 3);
+    X[0] = -0;
+    out.push({ name: `bf16 ${rows}x${cols} T1`, run: () => { const Y = new Float32Array(rows); k.k3_matmul_bf16(Wb, X, cols, Y, rows, rows, cols, 1); return Y; } });
+    out.push({ name: `f32 ${rows}x${cols} T1`, run: () => { const Y = new Float32Array(rows); k.k3_matmul_f32(Wf, X, cols, Y, rows, rows, cols, 1); return Y; } });
+  }
+  return out;
+}
+
+/** The compact trunk's int8 / int4 products (issue 23: batched from T = 8 on), with their own
+ *  random stream: every integer (int8 −128 included), scales of both signs, 0 and subnormal, at
+ *  T = 1–9 (the row-blocked paths) and 8 … 100 (the batched ones) on shapes that hit every edge of
+ *  the loop nest (rows not a multiple of 16 or 4, one group, a partial last column tile). */
+function qCases(): Case[] {
+  const r = rng(0x5138);
+  const out: Case[] = [];
+  for (const [rows, cols, T] of [[5, 64, 3], [9, 96, 9], [18, 96, 8], [37, 320, 33], [70, 1056, 64], [3, 32, 100], [300, 512, 5]] as const) {
+    const q8 = new Int8Array(rows * cols).map(() => r.int(256) - 128);
+    const q4 = new Uint8Array((rows * cols) / 2).map(() => r.int(256));
+    const S = randF32(r, (rows * cols) / 32, -0.05, 0.05);
+    S[0] = 0, S[S.length - 1] = 2 ** -140; // a zero scale and a subnormal one
+    const X = randF32(r, T * cols, -2, 2);
+    X[0] = -0;
+    out.push({ name: `q8 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_q8(q8, S, X, cols, Y, rows, rows, cols, T); return Y; } });
+    out.push({ name: `q4 ${rows}x${cols} T${T}`, run: () => { const Y = new Float32Array(rows * T); k.k3_matmul_q4(q4, S, X, cols, Y, rows, rows, cols, T); return Y; } });
+  }
   return out;
 }
 
 /** Bits of the pre-optimisation implementation (scalar path at e0832dd) for every case above
  * (the 6200-column and the last two MXFP4 cases were added later, hashed with the library built
- * from e0832dd). */
+ * from e0832dd; the int8 / int4 cases with the one from e0e6808). */
 const GOLDEN: Record<string, string> = {
   "bf16 1x7 T1": "6bc3bba07fed326f",
   "f32 1x7 T1": "7ecb1dcf4e4b6942",
@@ -132,7 +168,28 @@ const GOLDEN: Record<string, string> = {
   "mxfp4 18x96 T8": "b1f087f9605fb07e",
   "mxfp4 37x320 T33": "9a066bdb89e54f05",
   "mxfp4 3x32 T100": "73f28be48e2c4f43",
-  "mxfp4 70x1056 T64": "b5d26f92d8b2b666"
+  "mxfp4 70x1056 T64": "b5d26f92d8b2b666",
+  // the int8 / int4 cases (qCases), hashed with the library built from e0e6808 (scalar path),
+  // before the batched int8/int4 kernels (issue 23)
+  "q8 5x64 T3": "63b51ed081941f41",
+  "q4 5x64 T3": "da321c6098969636",
+  "q8 9x96 T9": "5c824400d19bd52",
+  "q4 9x96 T9": "17183397ca283366",
+  "q8 18x96 T8": "a5c468451ac7f660",
+  "q4 18x96 T8": "99bd212225db7b3a",
+  "q8 37x320 T33": "25d0138de4ee06e2",
+  "q4 37x320 T33": "5c9b512750032e68",
+  "q8 70x1056 T64": "45ed60f8987f54f8",
+  "q4 70x1056 T64": "2272f11188b8c2aa",
+  "q8 3x32 T100": "4db4009b784b61e7",
+  "q4 3x32 T100": "d4eeae4c00b7ff94",
+  "q8 300x512 T5": "f063e77e20f78f5",
+  "q4 300x512 T5": "d92717249ddffc22",
+  // decodeRowCases, hashed with the library built from 9e91560 (before the 12-row decode block)
+  "bf16 61x6200 T1": "703649cd54825ee5",
+  "f32 61x6200 T1": "c2b8004dd3adbdcf",
+  "bf16 45x3090 T1": "ba41cae2658a6379",
+  "f32 45x3090 T1": "7e8022b3b4db6bc8"
 };
 
 describe("matmul bits equal the pre-optimisation implementation", () => {

@@ -11,7 +11,7 @@ import { loadKernels } from "../src/kernels.ts";
 import { Model } from "../src/model/forward.ts";
 import { ResidentWeights } from "../src/model/resident.ts";
 import { SessionState } from "../src/model/state.ts";
-import { HEAD_MATRICES, layerMatrices } from "../src/model/walk.ts";
+import { layerMatrices, unitWalk } from "../src/model/walk.ts";
 import type { LayerRef, WeightProvider } from "../src/model/weights.ts";
 import { buildTrunkLayout, DEFAULT_PIECE_BYTES, exactTrunkTensors, WHOLE_UNITS, type TrunkLayout, type TrunkTensor } from "../src/memory/pieces.ts";
 import { specTrunkTensors } from "../src/memory/slots.ts";
@@ -124,7 +124,7 @@ describe("the walk", () => {
       model.forward(state, [5, 17, 300, 42, 7, 99]); // two chunks of 4 and 2 tokens
       const pass = [...Array.from({ length: cfg.numLayers }, (_, L) => layerMatrices(cfg, L).map((m) => `${L}:${m.suffix}`)).flat()];
       expect(asked).toEqual([...pass, ...pass, "head"]);
-      expect(HEAD_MATRICES.map((m) => m.suffix)).toEqual(["language_model.lm_head.weight"]);
+      expect(unitWalk(cfg, cfg.numLayers).map((m) => m.suffix)).toEqual(["language_model.lm_head.weight"]);
     } finally {
       state.free();
       model.free();

@@ -1,6 +1,8 @@
-// Every language-model tensor a validated config implies: name, shape, dtype (MODEL.md §3).
-// Shapes are derived here once; the catalogue checks the files against this list and every
-// other module takes shapes from the catalogue, never from its own arithmetic.
+// Every language-model tensor a validated config implies: name, shape, dtype (MODEL.md §3), and
+// for the trunk's matrices their place in the forward pass's walk and whether they may be sliced
+// or packed (the trunk table, trunkTensors below). Shapes are derived here once; the catalogue
+// checks the files against this list and every other module takes shapes from the catalogue,
+// never from its own arithmetic.
 import { MXFP4_GROUP } from "./config.ts";
 import type { DType, ModelConfig, TensorSpec } from "./types.ts";
 
@@ -54,10 +56,35 @@ export function expertBytes(cfg: ModelConfig): number {
   return expertShapes(cfg).reduce((a, s) => a + numel(s), 0);
 }
 
-/** The non-expert ("trunk") tensors of one layer, relative names → [shape, dtype]. */
-function trunkTensors(cfg: ModelConfig, layer: number): [string, number[], DType][] {
+/**
+ * What a trunk tensor is to the forward pass when it is a "matrix": a 2-D weight used whole by one
+ * kernel call (a matmul, or MLA's kv_b). `sliceable`: may be cut into row slices (every matmul
+ * computes its rows independently); `packable`: may be stored in a compact trunk (int8/int4,
+ * `k3 pack`). MLA's kv_b is neither: k3_mla_attend reads it whole, as bf16. Every other trunk tensor
+ * (norms, the router gate and bias, convs, gates, the AttnRes projections) is small: the unit's
+ * "core", held for the whole layer (src/memory/pieces.ts).
+ */
+export interface MatrixRole {
+  sliceable: boolean;
+  packable: boolean;
+}
+const MATRIX: MatrixRole = { sliceable: true, packable: true };
+const WHOLE_BF16: MatrixRole = { sliceable: false, packable: false };
+
+/** One row of the trunk table: name below `layers.L.`, shape, dtype, and the matrix role if any. */
+type TrunkRow = [string, number[], DType, MatrixRole?];
+
+/**
+ * The trunk table of one layer: every non-expert tensor with its shape and dtype, and its matrices
+ * IN THE ORDER THE FORWARD PASS MULTIPLIES BY THEM (src/model/forward.ts): attention, then the FFN
+ * (dense, or latent down → shared experts → latent up). The catalogue checks the files against it,
+ * the planner and the trunk ring read the trunk in this order (src/memory/pieces.ts, the walk
+ * promise of src/model/walk.ts), the packer packs its packable matrices, and the forward pass's
+ * mm() refuses a tensor whose shape is not the one it multiplies by.
+ */
+function trunkTensors(cfg: ModelConfig, layer: number): TrunkRow[] {
   const E = cfg.hidden;
-  const t: [string, number[], DType][] = [
+  const t: TrunkRow[] = [
     ["input_layernorm.weight", [E], "BF16"],
     ["post_attention_layernorm.weight", [E], "BF16"],
     ["self_attention_res_norm.weight", [E], "BF16"],
@@ -68,16 +95,18 @@ function trunkTensors(cfg: ModelConfig, layer: number): [string, number[], DType
   const a = "self_attn.";
   if (cfg.layerKinds[layer] === "kda") {
     const H = cfg.kdaHeads, D = cfg.kdaHeadDim, P = H * D;
-    for (const n of ["q", "k", "v"]) t.push([`${a}${n}_proj.weight`, [P, E], "BF16"]);
     t.push(
-      [`${a}g_proj.weight`, [P, E], "BF16"],
-      [`${a}o_proj.weight`, [E, P], "BF16"],
+      [`${a}q_proj.weight`, [P, E], "BF16", MATRIX],
+      [`${a}k_proj.weight`, [P, E], "BF16", MATRIX],
+      [`${a}v_proj.weight`, [P, E], "BF16", MATRIX],
+      [`${a}f_a_proj.weight`, [D, E], "BF16", MATRIX],
+      [`${a}f_b_proj.weight`, [P, D], "BF16", MATRIX],
+      [`${a}b_proj.weight`, [H, E], "BF16", MATRIX],
+      [`${a}g_proj.weight`, [P, E], "BF16", MATRIX],
+      [`${a}o_proj.weight`, [E, P], "BF16", MATRIX],
     );
     for (const n of ["q", "k", "v"]) t.push([`${a}${n}_conv1d.weight`, [P, 1, cfg.convKernel], "F32"]);
     t.push(
-      [`${a}f_a_proj.weight`, [D, E], "BF16"],
-      [`${a}f_b_proj.weight`, [P, D], "BF16"],
-      [`${a}b_proj.weight`, [H, E], "BF16"],
       // head_dim entries for H heads: only the first H are used (MODEL.md §7.1).
       [`${a}A_log`, [D], "F32"],
       [`${a}dt_bias`, [P], "F32"],
@@ -86,43 +115,51 @@ function trunkTensors(cfg: ModelConfig, layer: number): [string, number[], DType
   } else {
     const Hm = cfg.mlaHeads, R = cfg.kvLoraRank, Q = cfg.qLoraRank;
     t.push(
-      [`${a}q_a_proj.weight`, [Q, E], "BF16"],
+      [`${a}q_a_proj.weight`, [Q, E], "BF16", MATRIX],
+      [`${a}q_b_proj.weight`, [Hm * (cfg.qkNope + cfg.qkRope), Q], "BF16", MATRIX],
+      [`${a}kv_a_proj_with_mqa.weight`, [R + cfg.qkRope, E], "BF16", MATRIX],
+      [`${a}kv_b_proj.weight`, [Hm * (cfg.qkNope + cfg.vHead), R], "BF16", WHOLE_BF16],
+      [`${a}g_proj.weight`, [Hm * cfg.vHead, E], "BF16", MATRIX],
+      [`${a}o_proj.weight`, [E, Hm * cfg.vHead], "BF16", MATRIX],
       [`${a}q_a_layernorm.weight`, [Q], "BF16"],
-      [`${a}q_b_proj.weight`, [Hm * (cfg.qkNope + cfg.qkRope), Q], "BF16"],
-      [`${a}kv_a_proj_with_mqa.weight`, [R + cfg.qkRope, E], "BF16"],
       [`${a}kv_a_layernorm.weight`, [R], "BF16"],
-      [`${a}kv_b_proj.weight`, [Hm * (cfg.qkNope + cfg.vHead), R], "BF16"],
-      [`${a}o_proj.weight`, [E, Hm * cfg.vHead], "BF16"],
-      [`${a}g_proj.weight`, [Hm * cfg.vHead, E], "BF16"],
     );
   }
   if (layer < cfg.firstKDense) {
     const I = cfg.denseInter;
     t.push(
-      ["mlp.gate_proj.weight", [I, E], "BF16"],
-      ["mlp.up_proj.weight", [I, E], "BF16"],
-      ["mlp.down_proj.weight", [E, I], "BF16"],
+      ["mlp.gate_proj.weight", [I, E], "BF16", MATRIX],
+      ["mlp.up_proj.weight", [I, E], "BF16", MATRIX],
+      ["mlp.down_proj.weight", [E, I], "BF16", MATRIX],
     );
   } else {
     const m = "block_sparse_moe.", N = cfg.numExperts, S = cfg.numSharedExperts * cfg.moeInter, Z = cfg.latent;
     t.push(
       [`${m}gate.weight`, [N, E], "BF16"],
       [`${m}gate.e_score_correction_bias`, [N], "F32"],
-      [`${m}shared_experts.gate_proj.weight`, [S, E], "BF16"],
-      [`${m}shared_experts.up_proj.weight`, [S, E], "BF16"],
-      [`${m}shared_experts.down_proj.weight`, [E, S], "BF16"],
-      [`${m}routed_expert_down_proj.weight`, [Z, E], "BF16"],
-      [`${m}routed_expert_up_proj.weight`, [E, Z], "BF16"],
+      [`${m}routed_expert_down_proj.weight`, [Z, E], "BF16", MATRIX],
+      [`${m}shared_experts.gate_proj.weight`, [S, E], "BF16", MATRIX],
+      [`${m}shared_experts.up_proj.weight`, [S, E], "BF16", MATRIX],
+      [`${m}shared_experts.down_proj.weight`, [E, S], "BF16", MATRIX],
+      [`${m}routed_expert_up_proj.weight`, [E, Z], "BF16", MATRIX],
       [`${m}routed_expert_norm.weight`, [Z], "BF16"],
     );
   }
   return t;
 }
 
-/** Trunk specs of one zero-based layer (norms, AttnRes, attention, dense FFN or MoE non-expert). */
+/** Trunk specs of one zero-based layer (norms, AttnRes, attention, dense FFN or MoE non-expert),
+ *  its matrices in forward order with their role. */
 export function layerTrunkSpecs(cfg: ModelConfig, layer: number): TensorSpec[] {
   const p = layerPrefix(layer);
-  return trunkTensors(cfg, layer).map(([n, shape, dtype]) => ({ name: p + n, shape, dtype, cls: "trunk", layer }));
+  return trunkTensors(cfg, layer).map(([n, shape, dtype, matrix]) => ({ name: p + n, shape, dtype, cls: "trunk", layer, ...(matrix ? { matrix } : {}) }));
+}
+
+/** A unit's matrices in the order the forward pass multiplies by them (full names): layer u's, or
+ *  for u = numLayers the head's (lm_head, one row of x per pass: the last token only). */
+export function unitMatrices(cfg: ModelConfig, u: number): (TensorSpec & { matrix: MatrixRole })[] {
+  const specs = u === cfg.numLayers ? globalSpecs(cfg) : layerTrunkSpecs(cfg, u);
+  return specs.filter((s): s is TensorSpec & { matrix: MatrixRole } => s.matrix !== undefined);
 }
 
 export function isMoeLayer(cfg: ModelConfig, layer: number): boolean {
@@ -134,7 +171,7 @@ export function globalSpecs(cfg: ModelConfig): TensorSpec[] {
   const E = cfg.hidden, V = cfg.vocab, p = LM_MODEL_PREFIX;
   return [
     { name: `${p}embed_tokens.weight`, shape: [V, E], dtype: "BF16", cls: "embed" },
-    { name: LM_HEAD_NAME, shape: [V, E], dtype: "BF16", cls: "head" },
+    { name: LM_HEAD_NAME, shape: [V, E], dtype: "BF16", cls: "head", matrix: MATRIX },
     { name: `${p}norm.weight`, shape: [E], dtype: "BF16", cls: "final" },
     { name: `${p}output_attn_res_norm.weight`, shape: [E], dtype: "BF16", cls: "final" },
     { name: `${p}output_attn_res_proj.weight`, shape: [1, E], dtype: "BF16", cls: "final" },

@@ -75,6 +75,8 @@ export interface TensorSpec {
   cls: TensorClass;
   layer?: number; // zero-based, for trunk and expert tensors
   expert?: number; // for expert tensors
+  /** A trunk matrix (shapes.ts: the trunk table): may it be cut into row slices, stored packed. */
+  matrix?: { sliceable: boolean; packable: boolean };
 }
 
 /** One tensor found in a shard, validated. */

@@ -30,8 +30,7 @@ import { K3Error } from "../errors.ts";
 import { openRegularFile, writableDir, writeAll, writeFileAtomic } from "../files.ts";
 import { K3_STATUS, loadKernels, type Kernels } from "../kernels.ts";
 import { CBuffers, type Addr } from "../model/cmem.ts";
-import { HEAD_MATRICES, layerMatrices } from "../model/walk.ts";
-import { LM_MODEL_PREFIX } from "../checkpoint/shapes.ts";
+import { unitWalk } from "../model/walk.ts";
 import { DEFAULT_BLOCK_BYTES, blocksOf, type Part, type PieceOptions, type TrunkBlock, type TrunkTensor } from "./pieces.ts";
 import type { StreamSlots } from "./plan.ts";
 import { metadataSlots, specTrunkTensors, streamSlots } from "./slots.ts";
@@ -66,11 +65,6 @@ export interface PackedTrunk {
 
 /** The bits of a packed format. */
 const bitsOf = (f: Exclude<TrunkFormat, "bf16">): 8 | 4 => (f === "int8" ? 8 : 4);
-
-/** Unit u's matrices in walk order, by full name. */
-function unitWalk(cfg: ModelConfig, u: number) {
-  return u === cfg.numLayers ? HEAD_MATRICES : layerMatrices(cfg, u).map((m) => ({ ...m, suffix: `${LM_MODEL_PREFIX}layers.${u}.${m.suffix}` }));
-}
 
 /** Each unit's matrices that a pack stores quantised: the walk's packable bf16 matrices whose
  *  columns are whole groups (every K3 matrix; some of a tiny test model's are not). */

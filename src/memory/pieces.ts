@@ -14,11 +14,10 @@
 // size: a block is also the unit of the trunk's checksums (`k3 verify --record`, pack files), so
 // a piece of any size is checked block by block before use.
 import type { ModelConfig, TensorEntry } from "../checkpoint/types.ts";
-import { LM_MODEL_PREFIX } from "../checkpoint/shapes.ts";
 import { K3Error } from "../errors.ts";
 import type { Kernels } from "../kernels.ts";
 import type { ByteRange } from "./readplan.ts";
-import { HEAD_MATRICES, layerMatrices, type WalkMatrix } from "../model/walk.ts";
+import { unitWalk, type WalkMatrix } from "../model/walk.ts";
 import type { WeightDType } from "../model/weights.ts";
 
 /** Default target size of a matrix piece. */
@@ -134,7 +133,7 @@ export function buildTrunkLayout(cfg: ModelConfig, units: TrunkTensor[][], opts:
   units.forEach((list, u) => {
     const byName = new Map(list.map((t) => [t.name, t]));
     for (const t of list) tensors.set(t.name, t);
-    const walk: WalkMatrix[] = u === N ? HEAD_MATRICES : layerMatrices(cfg, u).map((w) => ({ ...w, suffix: `${LM_MODEL_PREFIX}layers.${u}.${w.suffix}` }));
+    const walk: WalkMatrix[] = unitWalk(cfg, u);
     const mats = walk.map((w) => {
       const t = byName.get(w.suffix);
       if (!t) throw new K3Error("INTERNAL", `trunk matrix ${w.suffix} is missing from unit ${u}`);
