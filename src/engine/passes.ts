@@ -34,7 +34,9 @@ export class Passes {
     /** The draft model (EngineOptions.draft): the target's passes keep its cache in step. */
     readonly draft?: DraftModel,
   ) {
-    this.batch = new BatchScheduler((parts) => this.passOver(parts), model.rows, parallel, () => weights.stats());
+    // A verify pass's rollback records live in the model's one scratch, which any pass overwrites:
+    // its session keeps its drafts before anything else runs (exclusive, one slot).
+    this.batch = new BatchScheduler((parts) => this.passOver(parts), model.rows, parallel, () => weights.stats(), { verifySlots: 1, exclusive: true });
   }
 
   alive(): void {
@@ -85,11 +87,12 @@ export class Passes {
     return own;
   }
 
-  /** A speculative verify pass: direct, or (batched) a verify ticket that runs alone, after which
-   *  the session holds the scheduler until its decided tokens are out (Generation.decode releases it). */
+  /** A speculative verify pass: direct, or (batched) a verify ticket offering every draft, after
+   *  which the session holds its verify slot until its decided tokens are out (Generation.decode
+   *  releases it). */
   *verifyPass(session: Session, ids: number[], batched: boolean, acc: { io: WeightStats }): Generator<TokenEvent, Float32Array[]> {
     if (!batched) return this.model.verify(session.state, ids);
-    const t = this.batch.submit({ state: session.state, ids, logits: true, verify: true }, "verify");
+    const t = this.batch.submit({ state: session.state, ids: ids.slice(0, 1), logits: true }, "verify", { tokens: ids.slice(1) });
     try {
       while (!t.done) yield WAIT_EVENT;
     } finally {
@@ -97,7 +100,7 @@ export class Passes {
     }
     if (t.share) acc.io = addStats(acc.io, t.share);
     if (t.error) throw t.error;
-    this.batch.hold(session.state);
+    if (t.verified !== ids.length - 1) throw new K3Error("INTERNAL", `a verify pass of ${ids.length - 1} drafts verified ${t.verified}`);
     return t.rows!;
   }
 
