@@ -95,7 +95,7 @@ function batched(env: ReturnType<typeof setup>, plans: Plan[], seed: number) {
     sizes.push(segs.length);
     const out = env.model.forwardBatch(segs.map((s) => s.seg));
     segs.forEach(({ i }, j) => {
-      logits[i]!.push(hex(out[j]!));
+      logits[i]!.push(hex(out[j] as Float32Array));
       next[i]!++;
     });
   }

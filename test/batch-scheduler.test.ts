@@ -153,19 +153,6 @@ describe("verify segments in a step", () => {
     expect(s.stats().recent.map((r) => r.verify.map((v) => v.session))).toEqual([[0], [], [1]]);
   });
 
-  test("exclusive (one slot the next pass overwrites): nothing runs until the holder releases", () => {
-    const { s, carried } = scheduler(1, 8, { verifySlots: 1, exclusive: true });
-    const s1 = state(1);
-    drain(s, [s.submit({ state: s1, ids: [7], logits: true }, "verify", { tokens: [1, 2] })]);
-    const d = s.submit({ state: state(2), ids: [7], logits: true }, "decode");
-    s.step();
-    expect(d.done).toBe(false);
-    s.release(s1);
-    s.step();
-    expect(d.done).toBe(true);
-    expect(shapes(carried)).toEqual([["v2"], ["d"]]);
-  });
-
   test("a verify ticket is checked where it is submitted", () => {
     const { s } = scheduler(2, 8);
     expect(() => s.submit({ state: state(1), ids: [7, 8], logits: true }, "verify", { tokens: [1] })).toThrow(/pending token alone/);

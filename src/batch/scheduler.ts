@@ -74,9 +74,6 @@ export interface SchedulerOptions {
   cost?: StepCost;
   /** Gain over the step without drafts required before drafting (default 0.05). */
   margin?: number;
-  /** While a session holds a slot, only its tickets run (a model whose rollback records any pass
-   *  overwrites: one slot, kept before anything else runs). */
-  exclusive?: boolean;
 }
 
 export class Ticket {
@@ -169,7 +166,6 @@ export class BatchScheduler {
   readonly verifySlots: number;
   private readonly cost?: StepCost;
   private readonly margin: number;
-  private readonly exclusive: boolean;
 
   constructor(
     private readonly pass: PassFn,
@@ -186,8 +182,6 @@ export class BatchScheduler {
     if (!Number.isInteger(this.verifySlots) || this.verifySlots < 0) throw new K3Error("INTERNAL", `${this.verifySlots} verify slots`);
     this.cost = opts.cost;
     this.margin = opts.margin ?? 0.05;
-    this.exclusive = opts.exclusive ?? false;
-    if (this.exclusive && this.verifySlots > 1) throw new K3Error("INTERNAL", "an exclusive verify slot is one slot");
   }
 
   /**
@@ -252,8 +246,6 @@ export class BatchScheduler {
   /** The tickets of the next step by the rule in the header, each verify ticket with its drafts. */
   private pick(): { run: Ticket[]; drafts: number[] } {
     const rank = (t: Ticket) => (t.kind === "prefill" ? 1 : 0);
-    // Exclusive: nothing runs while a session keeps its drafts (it submits again only after release).
-    if (this.exclusive && this.holders.size > 0) return { run: [], drafts: [] };
     const order = this.pending.slice().sort((a, b) => rank(a) - rank(b) || a.seq - b.seq);
     const run: Ticket[] = [];
     let rows = 0;
