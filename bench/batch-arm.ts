@@ -152,6 +152,8 @@ export interface SpecStreamsResult {
   bytesPerToken: number;
   /** The steps of that span, and what they verified. */
   steps: number;
+  /** Of decodeMs, the time inside those steps' passes (the rest: between steps, drafting included). */
+  passMs: number;
   verifySegments: number;
   draftTokens: number;
   acceptedDrafts: number;
@@ -182,7 +184,7 @@ async function specStreams(spec: BatchArmSpec, engine: Engine, out: BatchArmResu
   const S = spec.streams!;
   const prompts = spec.prompts!;
   const sessions = Array.from({ length: S }, () => engine.createSession());
-  const r: SpecStreamsResult = { decodeTokens: 0, decodeMs: 0, decodeBytes: 0, tokensPerS: 0, bytesPerToken: 0, steps: 0, verifySegments: 0, draftTokens: 0, acceptedDrafts: 0, sharedVerifySteps: 0, perStream: [], wallMs: 0, generated: 0 };
+  const r: SpecStreamsResult = { decodeTokens: 0, decodeMs: 0, decodeBytes: 0, tokensPerS: 0, bytesPerToken: 0, steps: 0, passMs: 0, verifySegments: 0, draftTokens: 0, acceptedDrafts: 0, sharedVerifySteps: 0, perStream: [], wallMs: 0, generated: 0 };
   out.ids = [];
   const t0 = performance.now();
   for (let g = 0; g < prompts.length; g += S) {
@@ -198,6 +200,7 @@ async function specStreams(spec: BatchArmSpec, engine: Engine, out: BatchArmResu
     r.decodeTokens += got.reduce((a, x) => a + x.ids.length - 1, 0);
     r.decodeBytes += decode.reduce((a, s) => a + s.bytesRead, 0);
     r.steps += decode.length;
+    r.passMs += decode.reduce((a, s) => a + s.ms, 0);
     r.verifySegments += decode.reduce((a, s) => a + s.verify.length, 0);
     r.draftTokens += decode.reduce((a, s) => a + s.draftRows, 0);
     r.acceptedDrafts += decode.reduce((a, s) => a + s.verify.reduce((x, v) => x + (v.accepted ?? 0), 0), 0);

@@ -16,7 +16,8 @@
 //     case: its baseline is greedy `off`).
 // Figures per run: tokens generated after each stream's first ÷ the wall time from the group's last
 // prefill step to its end (drafting between steps included), the weight bytes those steps read per
-// such token, verify segments, steps that verified two sessions' drafts or more, drafts kept.
+// such token, the span's time inside passes (the rest is between steps: drafting, the event loop),
+// verify segments, steps that verified two sessions' drafts or more, drafts kept.
 // Ratios pair runs of the same round. Every arm's ids must equal its baseline's (greedy and seeded).
 // Report: bench/out/batch-spec-<stamp>.{json,md}, and docs/BENCH.md between its batch-spec markers.
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -138,10 +139,10 @@ function render(r: Report): string {
         `| ${text} | ${S} | ${f2(median(pairs.map((p) => g(p.off!).tokensPerS)))} | ${f2(median(spec.map((x) => g(x).tokensPerS)))} | **${f2(median(speed))}** (${speed.map(f2).join(" / ")}) | ${f2(median(pairs.map((p) => g(p.off!).bytesPerToken / 1e6)))} | ${f2(median(spec.map((x) => g(x).bytesPerToken / 1e6)))} | ${f2(median(bytes))} | ${sum((s) => s.verifySegments)} | ${sum((s) => s.sharedVerifySteps)} | ${sum((s) => s.acceptedDrafts)} / ${sum((s) => s.draftTokens)} |`,
       );
     }
-  L.push("", "Every run:", "", "| round | text | streams | speculate | tokens/s | MB / token | steps | verify segments | shared steps | kept / verified | load 1m |", "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|");
+  L.push("", "Every run:", "", "| round | text | streams | speculate | tokens/s | MB / token | steps | ms in passes / span | verify segments | shared steps | kept / verified | load 1m |", "|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
   for (const x of r.runs) {
     const s = x.result.specStreams;
-    L.push(`| ${x.round} | ${x.text} | ${x.streams} | ${x.speculate} | ${s ? f2(s.tokensPerS) : "failed"} | ${s ? f2(s.bytesPerToken / 1e6) : "—"} | ${s?.steps ?? ""} | ${s?.verifySegments ?? ""} | ${s?.sharedVerifySteps ?? ""} | ${s ? `${s.acceptedDrafts} / ${s.draftTokens}` : ""} | ${f2(x.load1)} |`);
+    L.push(`| ${x.round} | ${x.text} | ${x.streams} | ${x.speculate} | ${s ? f2(s.tokensPerS) : "failed"} | ${s ? f2(s.bytesPerToken / 1e6) : "—"} | ${s?.steps ?? ""} | ${s ? `${Math.round(s.passMs)} / ${Math.round(s.decodeMs)}` : ""} | ${s?.verifySegments ?? ""} | ${s?.sharedVerifySteps ?? ""} | ${s ? `${s.acceptedDrafts} / ${s.draftTokens}` : ""} | ${f2(x.load1)} |`);
   }
   L.push("", `**Identity**: ${r.problems.some((p) => p.startsWith("identity")) ? "see problems" : "every run's ids equal its baseline's (greedy, seeded, wrong drafts)"}. **Problems**: ${r.problems.length ? r.problems.join("; ") : "none"}.`);
   return L.join("\n");
@@ -161,7 +162,7 @@ export async function specBench(argv: string[]): Promise<void> {
           const load1 = Number(readFileSync("/proc/loadavg", "utf8").split(" ")[0]);
           const result = await runBatchArmChild(armSpec(s, a.text, S, a.speculate, args.tokens), work, n++);
           if (!result.ok) report.problems.push(`${result.spec.name} round ${round} failed: ${result.error?.split("\n")[0]}`);
-          else say(`round ${round} ${result.spec.name}: ${f2(result.specStreams!.tokensPerS)} tokens/s, ${f2(result.specStreams!.bytesPerToken / 1e6)} MB/token, ${result.specStreams!.verifySegments} verify segments`);
+          else say(`round ${round} ${result.spec.name}: ${f2(result.specStreams!.tokensPerS)} tokens/s, ${f2(result.specStreams!.bytesPerToken / 1e6)} MB/token, ${result.specStreams!.verifySegments} verify segments, passes ${f2(result.specStreams!.passMs)} of ${f2(result.specStreams!.decodeMs)} ms`);
           report.runs.push({ round, text: a.text, streams: S, speculate: a.speculate, result, load1 });
         }
   } finally {

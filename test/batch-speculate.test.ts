@@ -8,7 +8,7 @@
 import { beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { createSampler, Engine, type Drafter, type GenerateOptions, type GenerationStats, type Sampler, type Session } from "../src/engine.ts";
+import { type BatchStats, createSampler, Engine, type Drafter, type EngineOptions, type GenerateOptions, type GenerationStats, type Sampler, type Session } from "../src/engine.ts";
 import { scratchDir, tinyDraft, tinyModel } from "./helpers/models.ts";
 
 setDefaultTimeout(120_000);
@@ -122,6 +122,25 @@ function solo(dir: string, reqs: Req[]): Out[] {
 }
 
 let dir = "";
+
+/** `reqs` together on an engine of `parallel` sessions (speculate 4, `extra`): each one's ids and
+ *  session bytes are its solo run's without speculation, and each verified drafts; the batch stats. */
+async function exactTogether(reqs: Req[], parallel: number, extra: Partial<EngineOptions> = {}): Promise<{ got: Out[]; batch: BatchStats }> {
+  const e = Engine.open(dir, { threads: 2, chunk: 8, speculate: 4, parallel, ...extra });
+  try {
+    const got = await together(e, reqs);
+    const want = solo(dir, reqs);
+    got.forEach((g, i) => {
+      expect(g.ids).toEqual(want[i]!.ids);
+      expect(g.session).toBe(want[i]!.session);
+      expect(g.stats.speculation.verifyPasses).toBeGreaterThan(0);
+    });
+    return { got, batch: e.batchStats() };
+  } finally {
+    e.close();
+  }
+}
+
 /** Each prompt's plain greedy continuation (what the oracles propose). */
 const plain: number[][] = [];
 beforeAll(async () => {
@@ -224,36 +243,15 @@ describe("several sessions' drafts in one pass", () => {
 
   test("more generations than rollback slots (a library running three on --parallel 2): a session's drafts wait while the slots are held, never take one; every run exact", async () => {
     const reqs: Req[] = [0, 1, 2].map((i) => ({ prompt: PROMPTS[i]!, opts: { drafter: oracle(i, 9), speculate: 4 } }));
-    const e = Engine.open(dir, { threads: 2, chunk: 8, speculate: 4, parallel: 2 });
-    try {
-      const got = await together(e, reqs);
-      const want = solo(dir, reqs);
-      got.forEach((g, i) => {
-        expect(g.ids).toEqual(want[i]!.ids);
-        expect(g.session).toBe(want[i]!.session);
-        expect(g.stats.speculation.verifyPasses).toBeGreaterThan(0);
-      });
-      expect(e.batchStats().verifySlots).toBe(2);
-    } finally {
-      e.close();
-    }
+    const { got, batch } = await exactTogether(reqs, 2);
+    expect(batch.verifySlots).toBe(2);
+    expect(got.length).toBe(3);
   });
 
   test("--parallel 1: two generations at once both speculate; ids and session bytes equal plain runs", async () => {
     const reqs: Req[] = [0, 1].map((i) => ({ prompt: PROMPTS[i]!, opts: { drafter: oracle(i), speculate: 4 } }));
-    const e = Engine.open(dir, { threads: 2, chunk: 8, speculate: 4, parallel: 1 });
-    try {
-      const got = await together(e, reqs);
-      const want = solo(dir, reqs);
-      got.forEach((g, i) => {
-        expect(g.ids).toEqual(want[i]!.ids);
-        expect(g.session).toBe(want[i]!.session);
-        expect(g.stats.speculation.verifyPasses).toBeGreaterThan(0);
-        expect(g.stats.speculation.acceptedTokens).toBeGreaterThan(0);
-      });
-    } finally {
-      e.close();
-    }
+    const { got } = await exactTogether(reqs, 1);
+    for (const g of got) expect(g.stats.speculation.acceptedTokens).toBeGreaterThan(0);
   });
 });
 
@@ -261,20 +259,10 @@ describe("the draft model drafts inside batched steps", () => {
   test("three sessions with the draft (eagle3.1) at --parallel 3: the model drafter's drafts are verified in shared steps; ids and session bytes are the plain runs'", async () => {
     const draft = await tinyDraft("tiny-a", { variant: "eagle3.1", rope: "yarn" });
     const reqs: Req[] = PROMPTS.slice(0, 3).map((prompt, i) => ({ prompt, opts: { speculate: 3 }, startAt: i }));
-    const e = Engine.open(dir, { threads: 2, chunk: 8, speculate: 4, parallel: 3, draft });
-    try {
-      // The recording sampler would also see the draft's logits (the model drafter picks its
-      // drafts with the generation's sampler): compare ids and sessions.
-      const got = await together(e, reqs);
-      const want = solo(dir, reqs);
-      got.forEach((g, i) => {
-        expect(g.ids).toEqual(want[i]!.ids);
-        expect(g.session).toBe(want[i]!.session);
-        expect(g.stats.drafters.model?.draftedTokens ?? 0).toBeGreaterThan(0);
-      });
-      expect(e.batchStats().sharedVerifySteps).toBeGreaterThan(0);
-    } finally {
-      e.close();
-    }
+    // The recording sampler would also see the draft's logits (the model drafter picks its
+    // drafts with the generation's sampler): ids and sessions are compared.
+    const { got, batch } = await exactTogether(reqs, 3, { draft });
+    for (const g of got) expect(g.stats.drafters.model?.draftedTokens ?? 0).toBeGreaterThan(0);
+    expect(batch.sharedVerifySteps).toBeGreaterThan(0);
   });
 });

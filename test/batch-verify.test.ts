@@ -12,20 +12,11 @@ import { ResidentWeights } from "../src/model/resident.ts";
 import { captureState } from "../src/model/snapshot.ts";
 import { SessionState } from "../src/model/state.ts";
 import { TINY_PRESETS, tinyModel } from "./helpers/models.ts";
+import { rng } from "./helpers/rng.ts";
 
 setDefaultTimeout(120_000);
 
 const hex = (a: Float32Array | Uint8Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).toString("hex");
-
-function rng(seed: number) {
-  let x = seed >>> 0 || 1;
-  return () => {
-    x ^= x << 13;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    return (x >>> 0) / 2 ** 32;
-  };
-}
 
 const CHUNK = 8;
 const DRAFTS = 4;

@@ -238,7 +238,7 @@ const minMatrixSlots = (slots: StreamSlots): 1 | 2 => (slots.pieceBytes === Infi
 function fixedItems(input: PlanInput, chunk: number): PlanItem[] {
   const { cfg, contextTokens } = input;
   // Speculation's verify buffers by default at any number of sessions: batched steps verify
-  // several sessions' drafts, each in a rollback slot of its own (docs/SERVER.md "Speculation").
+  // several sessions' drafts, each in a rollback slot of its own (docs/SERVER.md "How a step is filled").
   const drafts = input.drafts ?? autoDrafts(chunk);
   const P = parallelOf(input);
   const prefix = input.prefixCacheBytes ?? 0;

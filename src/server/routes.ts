@@ -35,8 +35,8 @@ const modelJson = (ctx: ServerContext) => ({
       setting: ctx.engine.speculate,
       max_drafts: ctx.engine.maxDrafts,
       drafters: ctx.engine.drafters,
-      // Every batched generation speculates, several sessions' drafts in one step (docs/SERVER.md,
-      // "Speculation"): a request's own `speculate` is honoured whenever the engine has drafts.
+      // Every batched generation speculates, several sessions' drafts in one step (docs/SERVER.md, "How
+      // a step is filled"): a request's own `speculate` is honoured whenever the engine has drafts.
       per_request: ctx.engine.maxDrafts > 0,
     },
     defaults: { temperature: ctx.defaults.temperature, reasoning_budget: ctx.defaults.reasoningBudget === undefined ? "half of max_tokens" : ctx.defaults.reasoningBudget },
