@@ -5,6 +5,8 @@
 //   bun run bench/batch.ts [--quick] [--runs N] [--tokens N] [--ram 6G] [--model DIR] [--no-docs]
 //                          [--only streams|prefix] [--setup-dir DIR]
 //   bun run bench/batch.ts --merge OUT1.json OUT2.json …   (one report from pieces, into the docs)
+//   bun run bench/batch.ts --spec [--runs N] [--tokens N] [--round R] [--merge …]   (speculation inside
+//                                                        batched steps on the demo: bench/batch-spec.ts)
 //
 //  1. Streams: 1, 2 and 4 concurrent greedy streams on one engine plan (--parallel 4 for all), each
 //     run in its own process, runs interleaved (1, 2, 4, 1, 2, 4, …). Aggregate generated tokens/s
@@ -25,11 +27,10 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { writeFileAtomic } from "../src/files.ts";
-import type { BatchArmResult, BatchArmSpec } from "./batch-arm.ts";
+import { runBatchArmChild, type BatchArmResult } from "./batch-arm.ts";
 import { machineInfo, type MachineInfo } from "./machine.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
-const BUN = process.execPath;
 const say = (s: string) => process.stderr.write(`[bench:batch] ${s}\n`);
 
 interface Args {
@@ -90,15 +91,7 @@ function prompts(vocab: number) {
   };
 }
 
-async function runArm(spec: BatchArmSpec, dir: string, n: number): Promise<BatchArmResult> {
-  const specPath = join(dir, `spec-${n}.json`);
-  const outPath = join(dir, `out-${n}.json`);
-  writeFileSync(specPath, JSON.stringify(spec));
-  const p = Bun.spawn([BUN, join(ROOT, "bench/batch-arm.ts"), specPath, outPath], { stdout: "inherit", stderr: "inherit", cwd: ROOT });
-  await p.exited;
-  if (!existsSync(outPath)) return { spec, ok: false, error: `the arm process exited ${p.exitCode} without a result` };
-  return JSON.parse(readFileSync(outPath, "utf8")) as BatchArmResult;
-}
+const runArm = runBatchArmChild;
 
 const median = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -274,4 +267,6 @@ function write(report: Report, docs: boolean): void {
   process.exit(report.problems.length ? 1 : 0);
 }
 
-await main();
+// `--spec …`: speculation inside batched steps (issue 27), bench/batch-spec.ts.
+if (process.argv[2] === "--spec") await (await import("./batch-spec.ts")).specBench(process.argv.slice(3));
+else await main();

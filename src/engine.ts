@@ -37,6 +37,7 @@ import { writeDraftPack, type DraftPackResult } from "./memory/draft-pack.ts";
 import type { DraftModel } from "./model/draft.ts";
 import { MODEL_DRAFTER } from "./engine/model-drafter.ts";
 import { Passes } from "./engine/passes.ts";
+import { SpeculationCost } from "./speculate/cost.ts";
 import { Session } from "./engine/session.ts";
 import { computeThreads, type ComputeThreads } from "./engine/threads.ts";
 
@@ -404,7 +405,9 @@ export class Engine {
       weights.close();
       throw err;
     }
-    const passes = new Passes(k, model, weights, size.context, size.parallel, draft);
+    // Batched steps place their draft rows by what a step of R rows costs here (learnt per step).
+    const stepCost = size.drafts > 0 ? new SpeculationCost(passCostPrior(cfg, checkpoint.layout.census, size.plan)) : undefined;
+    const passes = new Passes(k, model, weights, size.context, size.parallel, draft, stepCost);
     // The folder actually read (a Hugging Face repo folder resolves to its snapshot).
     const engine = new Engine(checkpoint.dir, checkpoint, k, passes, threads, size.plan, size.speculate, size.trunk, size.pack);
     try {

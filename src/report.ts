@@ -210,9 +210,26 @@ export function batchStatsJson(b: BatchStats) {
     sessions_per_step: b.sessionsPerStep,
     decode_tokens: b.decodeTokens,
     prefill_tokens: b.prefillTokens,
+    // Speculation inside steps: drafted rows verified, verify segments, the drafts kept, steps
+    // that verified two sessions' drafts or more, and the rollback slots held now (of how many).
+    draft_tokens: b.draftTokens,
+    verify_segments: b.verifySegments,
+    accepted_drafts: b.acceptedDrafts,
+    shared_verify_steps: b.sharedVerifySteps,
+    verify_slots: { holding: b.holding, slots: b.verifySlots },
     bytes_read: b.bytesRead,
     waiting: b.waiting,
-    recent_steps: b.recent.map((r) => ({ at: r.at, sessions: r.sessions, decode_rows: r.decodeRows, prefill_rows: r.prefillRows, bytes_read: r.bytesRead, ms: r.ms })),
+    recent_steps: b.recent.map((r) => ({
+      at: r.at,
+      sessions: r.sessions,
+      decode_rows: r.decodeRows,
+      prefill_rows: r.prefillRows,
+      draft_rows: r.draftRows,
+      // Each verify segment: the session (numbered by first use), drafts verified, drafts kept.
+      verify: r.verify.map((v) => ({ session: v.session, drafts: v.drafts, accepted: v.accepted ?? null })),
+      bytes_read: r.bytesRead,
+      ms: r.ms,
+    })),
   };
 }
 

@@ -10,21 +10,11 @@ import { ResidentWeights } from "../src/model/resident.ts";
 import { captureState } from "../src/model/snapshot.ts";
 import { SessionState } from "../src/model/state.ts";
 import { TINY_PRESETS, tinyModel } from "./helpers/models.ts";
+import { rng } from "./helpers/rng.ts";
 
 setDefaultTimeout(120_000);
 
 const hex = (a: Float32Array | Uint8Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength).toString("hex");
-
-/** A small deterministic PRNG (the schedules must be the same every run). */
-function rng(seed: number) {
-  let x = seed >>> 0 || 1;
-  return () => {
-    x ^= x << 13;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    return (x >>> 0) / 2 ** 32;
-  };
-}
 
 interface Plan {
   /** The pieces this session feeds, in order (prompt pieces, then one decoded token each). */
@@ -95,7 +85,7 @@ function batched(env: ReturnType<typeof setup>, plans: Plan[], seed: number) {
     sizes.push(segs.length);
     const out = env.model.forwardBatch(segs.map((s) => s.seg));
     segs.forEach(({ i }, j) => {
-      logits[i]!.push(hex(out[j]!));
+      logits[i]!.push(hex(out[j] as Float32Array));
       next[i]!++;
     });
   }

@@ -34,7 +34,7 @@ const ALLOWED: Record<string, string[]> = {
   "src/speculate/": ["src/text/", "src/errors.ts", "src/log.ts"],
   "src/model/": ["src/kernels.ts", "src/checkpoint/", "src/errors.ts", "src/log.ts", "src/files.ts", "src/format.ts"],
   "src/memory/": ["src/kernels.ts", "src/checkpoint/", "src/model/cmem.ts", "src/model/weights.ts", "src/model/buffers.ts", "src/model/walk.ts", "src/errors.ts", "src/log.ts", "src/cache-dir.ts", "src/files.ts", "src/format.ts"],
-  "src/batch/": ["src/kernels.ts", "src/checkpoint/", "src/model/", "src/errors.ts", "src/log.ts", "src/files.ts", "src/format.ts"], // many sessions on one model: scheduler, prefix cache
+  "src/batch/": ["src/kernels.ts", "src/checkpoint/", "src/model/", "src/speculate/", "src/errors.ts", "src/log.ts", "src/files.ts", "src/format.ts"], // many sessions on one model: scheduler (its draft rows placed by speculation's cost rule), prefix cache
   "src/engine.ts": ["src/engine/", "src/kernels.ts", "src/checkpoint/", "src/model/", "src/memory/", "src/batch/", "src/text/", "src/speculate/", "src/errors.ts", "src/log.ts", "src/format.ts"],
   // The engine's own modules (opening, passes, one generation, sessions, threads): below the public
   // API, which they know only by its types (checked below: no import cycle at run time).

@@ -28,13 +28,13 @@ const wholeUnits = (budgetBytes: number, more: Partial<PlanInput> = {}): PlanInp
 const item = (p: ReturnType<typeof planMemory>, name: string) => p.items.find((i) => i.name === name)?.bytes ?? 0;
 
 describe("parallel sessions in the plan", () => {
-  test("P sessions: P × (KDA state + MLA cache), the pass P − 1 rows wider, no verify buffers; items still add up", () => {
+  test("P sessions: P × (KDA state + MLA cache), the pass P − 1 rows wider; items still add up", () => {
     const one = planMemory(input(PRESETS.desktop!, { parallel: 1, drafts: 0 }));
-    const four = planMemory(input(PRESETS.desktop!, { parallel: 4 }));
+    const four = planMemory(input(PRESETS.desktop!, { parallel: 4, drafts: 0 }));
     expect(item(four, "KDA state")).toBe(4 * item(one, "KDA state"));
     expect(item(four, "MLA cache")).toBe(4 * item(one, "MLA cache"));
     expect(item(four, "KDA state") + item(four, "MLA cache")).toBe(4 * sessionStateBytes(release.config, 4096));
-    // 3 more rows of activations and 3 more logit rows; nothing for speculation with P > 1.
+    // 3 more rows of activations and 3 more logit rows.
     expect(item(four, "scratch")).toBeGreaterThan(item(one, "scratch"));
     expect(item(four, "scratch") - item(one, "scratch")).toBeLessThan(40e6);
     expect(four.items.reduce((a, i) => a + i.bytes, 0)).toBe(four.totalBytes);
@@ -43,6 +43,15 @@ describe("parallel sessions in the plan", () => {
     // Sessions come before the trunk: fewer pinned bytes than with one session.
     const pinned = (p: typeof one) => item(p, "pinned trunk") + item(p, "head");
     expect(pinned(four)).toBeLessThan(pinned(one));
+  });
+
+  test("with speculation every session has a rollback slot (batched steps verify several sessions' drafts): P slots of verify records", () => {
+    const spec = (parallel: number, drafts: number) => item(planMemory(input(PRESETS.desktop!, { parallel, drafts, prefillChunk: 32 })), "scratch");
+    const slot = spec(1, 8) - spec(1, 0); // one slot's records, the scratch state, 8 more logit rows
+    const four = spec(4, 8) - spec(4, 0);
+    // Four slots of records (the scratch state once), up to 4 × 9 logit rows: close to 4 slots.
+    expect(four).toBeGreaterThan(3.5 * slot);
+    expect(four).toBeLessThan(4.5 * slot);
   });
 
   test("laptop: a sessions' count that does not fit is refused naming --parallel and how many fit; the default is 4", () => {

@@ -68,12 +68,11 @@ export class Generation {
     if (this.promptTokens === 0) throw new K3Error("USAGE", "nothing to generate from: the prompt is empty");
     if (session.position + this.promptTokens > p.context)
       throw new K3Error("CONTEXT", `prompt of ${this.promptTokens} tokens does not fit the context limit (${p.context} tokens, ${session.position} used)`);
-    // A request asking for more drafts than the engine has room for is refused. Batched
-    // generations speculate only where a verify pass cannot hold up others (batchedMaySpeculate);
-    // elsewhere a request's setting has no effect, and is not checked.
+    // A request asking for more drafts than the engine has room for is refused (batched or not:
+    // a batched step carries several sessions' verify segments, docs/SERVER.md).
     if (opts.acceptRule !== undefined && opts.acceptRule !== "exact" && opts.acceptRule !== "rejection")
       throw new K3Error("USAGE", `acceptRule must be "exact" or "rejection", got ${JSON.stringify(opts.acceptRule)}`);
-    this.spec = this.batched && !batchedMaySpeculate(p.parallel) ? undefined : this.speculator();
+    this.spec = this.speculator();
   }
 
   *run(): Generator<TokenEvent, GenerationStats> {
@@ -88,7 +87,7 @@ export class Generation {
       stopReason = yield* this.decode();
     } finally {
       this.flushTrace();
-      if (this.batched) this.p.batch.release(this.session.state);
+      this.p.endVerify(this.session); // its rollback slot, if the last verify pass left it one
     }
     return this.stats(stopReason);
   }
@@ -143,8 +142,10 @@ export class Generation {
       if (this.generated >= opts.maxTokens) break;
       if (session.position + session.pending.length > this.p.context) return "context";
       if (this.step && !this.step.done) continue;
-      // Every decided token is out: other sessions' passes may run again (verifyPass held them).
-      if (this.batched) this.p.batch.release(session.state);
+      // Every decided token is out: the rollback slot goes back before the next pass, and a
+      // generation asked to stop runs no pass whose token nobody would see.
+      this.p.endVerify(session);
+      if (opts.shouldStop?.()) return "cancelled";
       yield* this.decodePass();
     }
     return "length";
@@ -173,18 +174,34 @@ export class Generation {
     const draft: Proposal = spec ? spec.propose(session.tokens, Math.min(p.context - session.position - 1, this.opts.maxTokens - this.generated - 1)) : { tokens: [] };
     const bytesBefore = p.weights.stats();
     let accepted = 0;
+    let verified = 0;
     this.step = undefined;
-    if (draft.tokens.length === 0) this.logits = (yield* p.pass(session, session.pending.splice(0), true, "decode", this.batched, this.acc))!;
+    if (draft.tokens.length === 0) this.logits = (yield* this.decodeRow())!;
     else {
       const step = yield* VerifyStep.run(p, session, draft, (row, i, position) => this.pick(row, this.generated + i, position), this.batched, this.acc, this.rejection());
-      this.traced = step.pos0;
+      verified = step.draft.tokens.length; // batched: the drafts its step had room and slots for
+      if (verified > 0) this.traced = step.pos0;
       this.step = step;
       accepted = step.accepted;
     }
-    spec?.observe(1 + draft.tokens.length, ...bytesSince(p.weights.stats(), bytesBefore), draft.tokens.length, accepted, draft.by);
+    // A batched step's bytes are the whole step's (the scheduler's cost model learns from them).
+    spec?.observe(1 + verified, this.batched ? undefined : bytesSince(p.weights.stats(), bytesBefore), verified, accepted, draft.by);
     this.decodeSteps++;
     this.stepMs = performance.now() - s;
     this.decodeMs += this.stepMs;
+  }
+
+  /** The pending token alone; abandoned while it waits for its step, the session keeps it pending
+   *  (the pass never ran: the session is where it was). */
+  private *decodeRow(): Generator<TokenEvent, Float32Array | null> {
+    const { p, session } = this;
+    const pending = session.pending.splice(0);
+    const pos = session.state.pos;
+    try {
+      return yield* p.pass(session, pending, true, "decode", this.batched, this.acc);
+    } finally {
+      if (session.state.pos === pos && session.pending.length === 0 && !session.dirty) session.pending = pending;
+    }
   }
 
   private flushTrace(): void {
@@ -261,17 +278,6 @@ export class Generation {
       stoppedInPrefill,
     );
   }
-}
-
-/**
- * Whether a batched generation may speculate: only with one session per pass (--parallel 1).
- * A verify pass's rows, logit rows and rollback scratch are one session's, so it runs alone, and
- * its accepted drafts must be kept before any other pass runs: with several streams a verify
- * step would stall the others for what a batch step already gives them (the trunk read once for
- * every stream in it). docs/SERVER.md, "Speculation".
- */
-function batchedMaySpeculate(parallel: number): boolean {
-  return parallel === 1;
 }
 
 /** What a one-position decode pass is expected to read and multiply, before any is measured. */

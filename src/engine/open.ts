@@ -60,10 +60,10 @@ export function sizeEngine(k: Kernels, checkpoint: Checkpoint, opts: EngineOptio
   if (opts.resident && opts.mirrors?.length) throw new K3Error("USAGE", "--mirror is for streamed reads; --resident reads every weight once from the model folder");
   // Every copy is checked (size, header, mtime) before the plan: a differing one is refused now.
   const mirrors = opts.mirrors?.length ? findMirrorCopies(checkpoint, opts.mirrors) : undefined;
-  const draft = wantsDraft(opts.draft) ? draftFor(k, checkpoint, opts.draft, context, speculate, parallel) : undefined;
+  const draft = wantsDraft(opts.draft) ? draftFor(k, checkpoint, opts.draft, context, speculate) : undefined;
   const sizing: EngineSizing = { context, chunk, speculate, drafts, parallel, prefixRam, trunk, pack, plan: undefined, mirrors, draft };
   const forced = opts.draftFormat === undefined || opts.draftFormat === "auto" ? undefined : opts.draftFormat;
-  if (opts.resident) return { ...sizing, drafts: withoutAutoDrafts(speculate, parallel, drafts), draft: draft && draftInFormat(draft, forced ?? "bf16") };
+  if (opts.resident) return { ...sizing, draft: draft && draftInFormat(draft, forced ?? "bf16") };
   if (!draft) return planSizing(checkpoint, opts, threads, sizing, ramOpt === "auto");
   const formats = forced ? [forced] : draftFormatsAvailable(draft.checkpoint);
   return placeDraft(formats, (f) => planSizing(checkpoint, opts, threads, { ...sizing, draft: draftInFormat(draft, f) }, ramOpt === "auto"), (s) => s.plan!);
@@ -78,8 +78,8 @@ function planSizing(checkpoint: Checkpoint, opts: EngineOptions, threads: number
   const input = planInputFromCensus(checkpoint.config, checkpoint.layout.census, budget.bytes, s.context, threads, opts.chunk, streamSlots(checkpoint, pieces), s.drafts, { draft: s.draft?.plan });
   const parallel = opts.parallel === "auto" ? defaultParallel(input) : s.parallel;
   input.parallel = parallel;
-  let drafts = withoutAutoDrafts(s.speculate, parallel, s.drafts);
-  // auto drafts with one session follow the chunk, which the planner may still choose
+  let drafts = s.drafts;
+  // auto drafts follow the chunk, which the planner may still choose
   input.drafts = s.speculate === "auto" && drafts > 0 && opts.chunk === undefined ? undefined : drafts;
   const prefixRam = autoPrefixRam ? defaultPrefixCacheBytes(input) : s.prefixRam;
   input.prefixCacheBytes = prefixRam;
@@ -93,21 +93,13 @@ function planSizing(checkpoint: Checkpoint, opts: EngineOptions, threads: number
 
 /**
  * The draft of `--draft DIR`, checked against the target (before any weight is read but its
- * embedding's sampled rows). It needs speculation on and one session per pass (batched
- * generations of several sessions do not speculate yet: issue 27).
+ * embedding's sampled rows). It needs speculation on; every session gets its own draft state
+ * (batched generations speculate too: each session drafts its own verify segment).
  */
-function draftFor(k: Kernels, checkpoint: Checkpoint, dir: string, context: number, speculate: SpeculateSetting, parallel: number): DraftSetup {
+function draftFor(k: Kernels, checkpoint: Checkpoint, dir: string, context: number, speculate: SpeculateSetting): DraftSetup {
   if (speculate === "off") throw new K3Error("USAGE", `--draft ${dir} drafts for speculative decoding, which --speculate off turns off`, ["drop --draft, or use --speculate auto or N"]);
-  if (parallel > 1 && speculate === "auto")
-    throw new K3Error("USAGE", `--draft ${dir} with --parallel ${parallel}: generations batched with others do not speculate, so the draft would never run`, ["use --parallel 1 with a draft (batched speculation is not implemented yet)"]);
   // The taps ring is sized for the most drafts a pass may verify: N, or --speculate auto's maximum.
   return checkDraft(k, checkpoint, dir, context, typeof speculate === "number" ? speculate : DEFAULT_MAX_DRAFTS);
-}
-
-/** With several sessions per pass batched generation does not speculate (batchedMaySpeculate):
- *  "auto" then allocates no verify buffers; an explicit N keeps them (for unbatched generation). */
-function withoutAutoDrafts(speculate: SpeculateSetting, parallel: number, drafts: number): number {
-  return speculate === "auto" && parallel > 1 ? 0 : drafts;
 }
 
 /** A given number of drafts must fit one verify pass: 1 + drafts positions in a chunk. */

@@ -1,7 +1,7 @@
 // Every forward pass an engine runs, and what the passes share: the model and its weights, the
 // batch scheduler, the prefix cache and the routing trace. A pass runs directly, or (batched) as
 // a ticket for the scheduler's next step; prefill runs in chunk steps; a closed engine refuses all.
-import type { PassPart, TicketKind } from "../batch/scheduler.ts";
+import type { Offer, PassPart, StepCost, Ticket, TicketKind } from "../batch/scheduler.ts";
 import { BatchScheduler } from "../batch/scheduler.ts";
 import type { PrefixCache } from "../batch/prefix-cache.ts";
 import { K3Error } from "../errors.ts";
@@ -33,8 +33,13 @@ export class Passes {
     readonly parallel: number,
     /** The draft model (EngineOptions.draft): the target's passes keep its cache in step. */
     readonly draft?: DraftModel,
+    /** What a batched step of R rows costs, learnt from the steps (with speculation): the batch
+     *  scheduler places each step's draft rows by it. */
+    stepCost?: StepCost,
   ) {
-    this.batch = new BatchScheduler((parts) => this.passOver(parts), model.rows, parallel, () => weights.stats());
+    // Each session's verify records are kept in a rollback slot of its own (src/model/rollback.ts):
+    // the scheduler starts a verify segment only while one is free.
+    this.batch = new BatchScheduler((parts) => this.passOver(parts), model.rows, parallel, () => weights.stats(), { verifySlots: model.verifySlots, cost: stepCost });
   }
 
   alive(): void {
@@ -47,16 +52,13 @@ export class Passes {
    */
   private passOver(parts: PassPart[]): (Float32Array | Float32Array[] | null)[] {
     this.alive();
-    if (parts[0]?.verify) {
-      // The scheduler runs a verify pass alone; its rows are copied out like any logits.
-      return [this.model.verify(parts[0].state, parts[0].ids).map((r) => r.slice())];
-    }
     if (this.trace) {
-      // The trace records one sequence's rows: one session per pass.
+      // The trace records one sequence's rows: one session per pass. A verify segment's rows are
+      // written once its generation knows how many it kept (Generation.flushTrace).
       if (parts.length > 1) throw new K3Error("USAGE", "--trace records one sequence: it cannot be used with batched generation of several sessions");
       const pos = parts[0]!.state.pos;
       const out = this.model.forwardBatch(parts);
-      this.trace.flush(pos);
+      if (!parts[0]!.verify) this.trace.flush(pos);
       return out;
     }
     return this.model.forwardBatch(parts);
@@ -85,20 +87,35 @@ export class Passes {
     return own;
   }
 
-  /** A speculative verify pass: direct, or (batched) a verify ticket that runs alone, after which
-   *  the session holds the scheduler until its decided tokens are out (Generation.decode releases it). */
-  *verifyPass(session: Session, ids: number[], batched: boolean, acc: { io: WeightStats }): Generator<TokenEvent, Float32Array[]> {
-    if (!batched) return this.model.verify(session.state, ids);
-    const t = this.batch.submit({ state: session.state, ids, logits: true, verify: true }, "verify");
+  /**
+   * A speculative verify pass over the session's pending token and `offer`'s drafts: direct (every
+   * draft), or batched: a verify ticket whose step verifies as many of them as it places (maybe
+   * none: the pending token alone). The session then holds its rollback slot until its decided
+   * tokens are out (endVerify). Returns the logits of each row and how many drafts they verified.
+   */
+  *verifyPass(session: Session, offer: Offer, batched: boolean, acc: { io: WeightStats }): Generator<TokenEvent, { rows: Float32Array[]; verified: number; ticket?: Ticket }> {
+    const pending = session.pending.splice(0);
+    if (pending.length !== 1) throw new K3Error("INTERNAL", `a verify pass after ${pending.length} pending tokens`);
+    if (!batched) return { rows: this.model.verify(session.state, [...pending, ...offer.tokens]), verified: offer.tokens.length };
+    const t = this.batch.submit({ state: session.state, ids: pending, logits: true }, "verify", offer);
     try {
       while (!t.done) yield WAIT_EVENT;
     } finally {
-      if (!t.done) this.batch.cancel(t);
+      if (!t.done) {
+        this.batch.cancel(t); // abandoned while waiting: the pass never runs it
+        session.pending = pending;
+      }
     }
     if (t.share) acc.io = addStats(acc.io, t.share);
     if (t.error) throw t.error;
-    this.batch.hold(session.state);
-    return t.rows!;
+    return { rows: t.rows!, verified: t.verified, ticket: t };
+  }
+
+  /** `session` kept what it will of its last verify segment (or stopped): its rollback slot, in
+   *  the model and the scheduler, is free for another session's drafts. */
+  endVerify(session: Session): void {
+    this.batch.release(session.state);
+    this.model.releaseVerify(session.state);
   }
 
   /** One forward of a generation: direct, or (batched) a ticket for the scheduler's next step,

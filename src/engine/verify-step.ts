@@ -7,11 +7,13 @@
 // would leave it. The rollback itself (what keep re-applies) is src/model/rollback.ts.
 //
 // A step belongs to one session: everything it holds is that session's (its pass's rows, its
-// verdict, how far it has been kept), so several sessions' steps could share one batched pass
-// later (issue 27) without any state outside them.
+// verdict, how far it has been kept), so several sessions' steps share one batched pass (issue 27:
+// the scheduler verifies a prefix of each session's drafts — the step's verdict is over those —
+// and each session's records sit in a rollback slot of its own until it releases it).
 import { verifyDrafts } from "../speculate/accept.ts";
 import { rejectDrafts, type RejectionSampler } from "../speculate/reject.ts";
 import { checkDraft, type Proposal } from "../speculate/speculator.ts";
+import type { Ticket } from "../batch/scheduler.ts";
 import type { TokenEvent } from "../engine.ts";
 import type { WeightStats } from "../model/weights.ts";
 import type { Passes } from "./passes.ts";
@@ -37,9 +39,10 @@ export class VerifyStep {
 
   /**
    * Run the verify pass for `draft` after the session's pending token (direct, or batched as a
-   * verify ticket) and decide its tokens. Exact match (the default): `pick(row, i, position)` is
-   * the target's own choice from the logits row that predicts `position` (greedy or the seeded
-   * sampler: the same call plain decoding makes there). With `rejection`, the opt-in rule of
+   * verify ticket, whose step may verify only a prefix of the drafts: `draft` is then that prefix)
+   * and decide its tokens. Exact match (the default): `pick(row, i, position)` is the target's own
+   * choice from the logits row that predicts `position` (greedy or the seeded sampler: the same
+   * call plain decoding makes there). With `rejection`, the opt-in rule of
    * src/speculate/reject.ts decides instead (`pick` still checks each row it uses).
    */
   static *run(
@@ -51,14 +54,15 @@ export class VerifyStep {
     acc: { io: WeightStats },
     rejection?: RejectionSampler,
   ): Generator<TokenEvent, VerifyStep> {
-    const checked: Proposal = { ...checkDraft(draft, p.model.drafts, p.model.cfg.vocab, draft.by ?? "drafter"), by: draft.by, ...(draft.q ? { q: draft.q } : {}) };
+    const offered = checkDraft(draft, p.model.drafts, p.model.cfg.vocab, draft.by ?? "drafter");
     const pos0 = session.position;
-    const ids = [...session.pending.splice(0), ...checked.tokens];
-    const rows = yield* p.verifyPass(session, ids, batched, acc);
+    const { rows, verified, ticket } = yield* p.verifyPass(session, { tokens: offered.tokens, acceptance: draft.acceptance }, batched, acc);
+    const checked: Proposal = { tokens: offered.tokens.slice(0, verified), by: draft.by, ...(draft.q ? { q: draft.q.slice(0, verified) } : {}) };
     // Row i follows the pending token (at pos0) and i drafts: it predicts position pos0 + 1 + i.
     const verdict = rejection
       ? rejectDrafts((i) => (pick(rows[i]!, i, pos0 + 1 + i), rows[i]!), checked, rejection, (i) => pos0 + 1 + i)
       : verifyDrafts((i) => pick(rows[i]!, i, pos0 + 1 + i), checked);
+    if (ticket) p.batch.verdict(ticket, verdict.accepted);
     return new VerifyStep(p, session, checked, pos0, verdict);
   }
 

@@ -25,8 +25,9 @@
 //  - Every disk buffer is sized for an O_DIRECT read widened to 4096-byte alignment.
 //  - Parallel sessions (`parallel`, k3 serve): each holds its own KDA state and an MLA cache for
 //    the whole context; one pass carries a decode row per session plus a prefill chunk, so the
-//    scratch has chunk + parallel − 1 rows and parallel logit rows (src/model/buffers.ts
-//    passShape). Sessions come before the trunk: each one costs pins (or expert slots) at every
+//    scratch has chunk + parallel − 1 rows and a logit row per session (with speculation, per
+//    verify row, and a rollback slot per session: batched steps verify several sessions' drafts;
+//    src/model/buffers.ts passShape). Sessions come before the trunk: each one costs pins (or expert slots) at every
 //    budget, and buys one more stream per trunk read (docs/PLAN.md, the trade-off).
 //  - The prefix cache's RAM tier (`prefixCacheBytes`) is a fixed item like the sessions.
 //  - Prefill chunk (when not given): the size, 32…1024 tokens, with the fewest modeled disk bytes
@@ -236,9 +237,9 @@ const minMatrixSlots = (slots: StreamSlots): 1 | 2 => (slots.pieceBytes === Infi
 /** Allocations that do not depend on the pin/stream choice (the expert floor is added apart). */
 function fixedItems(input: PlanInput, chunk: number): PlanItem[] {
   const { cfg, contextTokens } = input;
-  // Speculation's verify buffers by default only with one session per pass: batched generations
-  // of several sessions do not speculate (the engine's rule, docs/SERVER.md "Speculation").
-  const drafts = input.drafts ?? (parallelOf(input) > 1 ? 0 : autoDrafts(chunk));
+  // Speculation's verify buffers by default at any number of sessions: batched steps verify
+  // several sessions' drafts, each in a rollback slot of its own (docs/SERVER.md "How a step is filled").
+  const drafts = input.drafts ?? autoDrafts(chunk);
   const P = parallelOf(input);
   const prefix = input.prefixCacheBytes ?? 0;
   const hedges = input.hedgeBuffers ?? 0;
@@ -259,7 +260,7 @@ function fixedItems(input: PlanInput, chunk: number): PlanItem[] {
     {
       name: "scratch",
       bytes: forwardBufferBytes(cfg, passShape(chunk, P, contextTokens, drafts, input.draft?.taps ?? 0)),
-      note: `forward-pass buffers (src/model/buffers.ts) for ${chunk}-token chunks${P === 1 ? "" : ` + ${P - 1} decode rows`}${drafts > 0 ? `, verify passes of up to ${drafts} drafts` : ""}${input.draft ? `, capture of ${input.draft.taps} layers` : ""}`,
+      note: `forward-pass buffers (src/model/buffers.ts) for ${chunk}-token chunks${P === 1 ? "" : ` + ${P - 1} decode rows`}${drafts > 0 ? `, verify passes of up to ${drafts} drafts${P === 1 ? "" : ` per session, ${P} rollback slots`}` : ""}${input.draft ? `, capture of ${input.draft.taps} layers` : ""}`,
     },
     ...draftItems(input.draft, P),
     ...(prefix > 0 ? [{ name: "prefix cache", bytes: prefix, note: "RAM tier: session snapshots keyed by token prefix" }] : []),

@@ -7,13 +7,15 @@
 // [rows][n]: row t starts at t·n. The shape is a parameter, not a constant of the model:
 //   rows      tokens in one forward pass (the prefill chunk; 1 for decode). Rows are independent
 //             in every kernel (k3.h), so rows may come from different sessions;
-//   logitRows rows whose final mix, norm and lm_head are computed (1: the last row only; a
-//             speculative verify pass computes every row: 1 + drafts);
+//   logitRows rows whose final mix, norm and lm_head are computed (a session's last row; every
+//             row of a speculative verify segment: 1 + its drafts);
 //   context   positions the MLA cache holds;
 //   drafts    the most drafted positions one verify pass checks (0: speculation off, nothing
 //             allocated for it). A verify pass keeps the recurrence inputs of its drafted positions
 //             per KDA layer and runs their recurrence on one scratch copy of a layer's state, so
-//             rejected drafts are rolled back by not re-applying them (src/model/forward.ts).
+//             rejected drafts are rolled back by not re-applying them (src/model/forward.ts);
+//   verifySlots  sessions whose drafted positions' inputs are kept at once (src/model/rollback.ts:
+//             a slot each, held until the session has kept its accepted drafts).
 import type { DraftConfig } from "../checkpoint/draft-config.ts";
 import type { ModelConfig } from "../checkpoint/types.ts";
 import { loadKernels } from "../kernels.ts";
@@ -24,13 +26,11 @@ export interface ForwardShape {
   logitRows: number;
   context: number;
   drafts?: number;
+  /** Sessions whose verify records are kept at once (one slot each; 0 without drafts). */
+  verifySlots?: number;
   /** Layers whose output (the prefix-sum stream) every row captures for a draft model (0: none). */
   taps?: number;
 }
-
-/** Verify segments one pass may carry (src/model/rollback.ts: a record slot each). The engine
- *  verifies one session per pass; batched speculation (issue 27) would raise it. */
-export const VERIFY_SLOTS = 1;
 
 /** Drafts per verify pass the planner and the engine assume unless told (`--speculate auto`). */
 export const DEFAULT_MAX_DRAFTS = 8;
@@ -41,11 +41,14 @@ export const autoDrafts = (chunk: number): number => Math.max(0, Math.min(DEFAUL
 /**
  * The shape of a model's passes: a prefill chunk plus one decode row for each other session
  * (a newcomer's chunk rides with the running streams' decode steps: src/batch/scheduler.ts); a
- * logit row per session, or 1 + drafts for a speculative verify pass (one session alone). One
- * session without speculation: `chunk` rows, one logit row.
+ * logit row per session, and with speculation every row of every session's verify segment
+ * (1 + drafts each, at most the pass's rows: several sessions' segments share a batched step),
+ * and a rollback slot per session. One session without speculation: `chunk` rows, one logit row.
  */
 export function passShape(chunk: number, parallel: number, context: number, drafts = 0, taps = 0): ForwardShape {
-  return { rows: chunk + parallel - 1, logitRows: Math.max(parallel, 1 + drafts), context, drafts, taps };
+  const rows = chunk + parallel - 1;
+  const logitRows = drafts > 0 ? Math.max(parallel, Math.min(rows, parallel * (1 + drafts))) : parallel;
+  return { rows, logitRows, context, drafts, verifySlots: drafts > 0 ? parallel : 0, taps };
 }
 
 type Elements = (c: ModelConfig, s: ForwardShape) => number;
@@ -120,10 +123,10 @@ export const FORWARD_BUFFERS = {
   logits: perLogitRow((c) => c.vocab),
   // speculative verify pass (drafts > 0): one KDA layer's state and conv history as scratch, and
   // per verify slot and KDA layer the conv and recurrence inputs of every drafted position:
-  // [VERIFY_SLOTS][kdaLayers][drafts][6P + H] (src/model/rollback.ts)
+  // [verifySlots][kdaLayers][drafts][6P + H] (src/model/rollback.ts)
   spec_S: ifDrafts((c) => c.kdaHeads * c.kdaHeadDim * c.kdaHeadDim),
   spec_conv: ifDrafts((c) => 3 * (c.convKernel - 1) * kdaWidth(c)), // q, k, v histories
-  spec_inputs: ifDrafts((c, d) => VERIFY_SLOTS * kdaLayerCount(c) * d * draftInputWidth(c)),
+  spec_inputs: { elements: (c, s) => (s.verifySlots ?? 0) * kdaLayerCount(c) * (s.drafts ?? 0) * draftInputWidth(c) },
   // a draft model's capture (taps > 0): the prefix-sum stream P after each tapped layer, for every
   // row of the pass: [taps][rows][E] (src/model/forward.ts; the draft reads it after the pass)
   taps: { elements: (c, s) => (s.taps ?? 0) * s.rows * c.hidden },

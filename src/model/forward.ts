@@ -10,10 +10,11 @@
 // a row computes the same bits whatever else is in the pass; only three things are routed per
 // segment: KDA (its session's conv history and recurrent state), MLA (its session's cache and
 // position) and the final logits (each segment's last row). The trunk is read once per pass and
-// each distinct expert once, whatever the number of sessions.
+// each distinct expert once, whatever the number of sessions. A segment may be a verify segment
+// (below): several sessions' drafts are verified in one batched pass, each in its own rollback slot.
 //
 // Scratch buffers: the typed table of src/model/buffers.ts (the planner sums the same table),
-// sized for `chunk` + parallel − 1 rows and max(parallel, 1 + `drafts`) logit rows (passShape).
+// sized for `chunk` + parallel − 1 rows and a logit row per session or verify row (passShape).
 //
 // Speculative verify pass (docs/SPECULATION.md): `verify(state, [x, d_1 … d_k])` runs one pass
 // over 1 + k positions (the trunk read once, each distinct expert once) with logits at every
@@ -25,7 +26,7 @@
 import { K3Error } from "../errors.ts";
 import type { ModelConfig } from "../checkpoint/types.ts";
 import { kernelLimits, K3_STATUS, type Kernels } from "../kernels.ts";
-import { allocForwardBuffers, bankSlots, passShape, VERIFY_SLOTS, type ForwardBuffers } from "./buffers.ts";
+import { allocForwardBuffers, bankSlots, passShape, type ForwardBuffers } from "./buffers.ts";
 import { at, CBuffers, type Addr, type CBuf } from "./cmem.ts";
 import { checkShape, matmulRows, matmulStatus } from "./matmul.ts";
 import { RECORD, Rollback } from "./rollback.ts";
@@ -37,16 +38,19 @@ const F = 4; // bytes per f32
 /** Experts per layer the lookahead asks for (STREAMING.md §2: top-6 right 81% of the time). */
 export const LOOKAHEAD_EXPERTS = 6;
 
-/** One session's rows in a pass: its tokens, and whether its last row needs logits. */
+/** One session's rows in a pass: its tokens, and whether its last row needs logits; `verify`: a
+ *  speculative verify segment [x, d_1 … d_k] (logits at every row, the session keeps x at once and
+ *  the drafts through keep()). */
 export interface Segment {
   state: SessionState;
   ids: number[];
   logits?: boolean;
+  verify?: boolean;
 }
 
 /** A segment placed in the pass: rows [row0, row0 + ids.length); `verify`: a speculative verify
  *  segment (rows 1.. are drafts, see the header), by its rollback slot. */
-interface Placed extends Segment {
+interface Placed extends Omit<Segment, "verify"> {
   row0: number;
   verify?: number;
 }
@@ -107,6 +111,10 @@ export class Model {
   lookahead = false;
   /** Rows one pass holds (src/model/buffers.ts passShape). */
   readonly rows: number;
+  /** Rows of one pass whose logits are computed (a session's last row, every verify row). */
+  readonly logitRows: number;
+  /** Sessions whose verify records are kept at once (rollback slots). */
+  readonly verifySlots: number;
 
   /** The verify segments of the last pass and their recorded inputs (src/model/rollback.ts). */
   private readonly rollback: Rollback;
@@ -140,13 +148,15 @@ export class Model {
     this.mem = new CBuffers(k);
     const shape = passShape(chunk, parallel, maxContext, drafts, tapLayers.length);
     this.rows = shape.rows;
+    this.logitRows = shape.logitRows;
+    this.verifySlots = shape.verifySlots ?? 0;
     try {
       this.b = allocForwardBuffers(this.mem, cfg, shape);
     } catch (err) {
       this.mem.free();
       throw err;
     }
-    this.rollback = new Rollback(k, cfg, this.b, drafts, VERIFY_SLOTS);
+    this.rollback = new Rollback(k, cfg, this.b, drafts, this.verifySlots);
     this.logitsView = this.b.logits.f32().subarray(0, cfg.vocab);
     this.idxView = this.b.router_idx.i32();
     this.wView = this.b.router_w.f32();
@@ -185,7 +195,7 @@ export class Model {
    */
   forward(state: SessionState, ids: number[], opts: { logits?: boolean } = {}): Float32Array | null {
     this.check(state, ids);
-    this.rollback.newPass();
+    this.rollback.newPass([state]);
     const wantLogits = opts.logits ?? true;
     try {
       let lastT = 0;
@@ -212,73 +222,88 @@ export class Model {
    * buffer the next pass reuses. A failure marks the session dirty, like forward().
    */
   verify(state: SessionState, ids: number[]): Float32Array[] {
-    this.check(state, ids);
-    this.rollback.newPass();
-    if (ids.length > 1 + this.drafts) throw new K3Error("INTERNAL", `verify pass of ${ids.length} positions, the model has room for 1 + ${this.drafts}`);
-    try {
-      this.w.setHeadNext?.(true);
-      const slot = this.rollback.open(state, ids);
-      this.forwardSegments([{ state, ids, row0: 0, verify: slot }]);
-      this.finalLogits(ids.map((_, t) => t));
-    } catch (err) {
-      state.dirty = true;
-      this.rollback.newPass();
-      throw err;
-    }
-    const V = this.cfg.vocab;
-    const all = this.b.logits.f32();
-    return ids.map((_, i) => all.subarray(i * V, (i + 1) * V));
+    const [p] = this.run([{ state, ids, verify: true }]);
+    return this.logitRowsOf(p!, (a, b) => this.b.logits.f32().subarray(a, b)) as Float32Array[];
   }
 
-  /** Drafted positions of the last verify pass not kept yet (0 when there is none). */
+  /** Drafted positions of `state`'s last verify segment not kept yet (0 when there is none). */
   keepable(state: SessionState): number {
     return this.rollback.keepable(state);
   }
 
   /**
-   * Keep the next drafted position of the last verify pass: its KDA conv and recurrence re-applied
-   * to the real state from the inputs the pass recorded (no weights read), position and history
-   * advanced. The MLA cache row is already there.
+   * Keep the next drafted position of `state`'s last verify segment: its KDA conv and recurrence
+   * re-applied to the real state from the inputs the pass recorded (no weights read), position
+   * and history advanced. The MLA cache row is already there. Other sessions' passes in between
+   * do not matter (the records are in the session's own slot).
    */
   keep(state: SessionState): void {
     this.rollback.keep(state, this.b.kda_o.ptr);
   }
 
+  /** `state` is done with its verify segment (it kept what it will): its rollback slot is free. */
+  releaseVerify(state: SessionState): void {
+    this.rollback.release(state);
+  }
+
+  /** Sessions holding a rollback slot (verify records not released). */
+  get verifyHeld(): number {
+    return this.rollback.held;
+  }
+
   /**
    * One pass over several sessions' tokens (at most `rows` in all, at most `parallel` sessions,
    * each session once): every segment advances exactly as if it ran alone (same bits). Returns,
-   * per segment, its last row's logits (a copy) or null when it asked for none. Every segment is
-   * checked before any state changes; a failure part-way marks every segment's session dirty.
+   * per segment, its last row's logits (a copy), every row's for a verify segment (copies), or
+   * null when it asked for none. Every segment is checked before any state changes; a failure
+   * part-way marks every segment's session dirty.
    */
-  forwardBatch(segments: Segment[]): (Float32Array | null)[] {
+  forwardBatch(segments: Segment[]): (Float32Array | Float32Array[] | null)[] {
+    return this.run(segments).map((p) => this.logitRowsOf(p, (a, b) => this.b.logits.f32().slice(a, b)));
+  }
+
+  /** A placed segment's logits after its pass: its last row, every row of a verify segment, or null. */
+  private logitRowsOf(p: Placed & { logit0: number }, view: (from: number, to: number) => Float32Array): Float32Array | Float32Array[] | null {
+    const V = this.cfg.vocab;
+    if (p.logit0 < 0) return null;
+    if (p.verify === undefined) return view(p.logit0 * V, (p.logit0 + 1) * V);
+    return p.ids.map((_, i) => view((p.logit0 + i) * V, (p.logit0 + i + 1) * V));
+  }
+
+  /** Check and place `segments`, run their pass and the logits they ask for; each placed segment
+   *  with its first logit row (−1: none). */
+  private run(segments: Segment[]): (Placed & { logit0: number })[] {
     if (segments.length === 0) return [];
     if (segments.length > this.parallel) throw new K3Error("INTERNAL", `a pass of ${segments.length} sessions, the model has logit rows for ${this.parallel}`);
-    const placed: Placed[] = [];
+    const placed: (Placed & { logit0: number })[] = [];
     let rows = 0;
+    const logitRows: number[] = [];
     for (const seg of segments) {
       this.check(seg.state, seg.ids);
       if (placed.some((p) => p.state === seg.state)) throw new K3Error("INTERNAL", "one session twice in a pass");
-      placed.push({ state: seg.state, ids: seg.ids, logits: seg.logits, row0: rows });
+      if (seg.verify && seg.ids.length > 1 + this.drafts) throw new K3Error("INTERNAL", `verify segment of ${seg.ids.length} positions, the model has room for 1 + ${this.drafts}`);
+      const wants = seg.verify ? seg.ids.map((_, i) => rows + i) : seg.logits ? [rows + seg.ids.length - 1] : [];
+      placed.push({ state: seg.state, ids: seg.ids, logits: seg.logits || seg.verify, row0: rows, logit0: wants.length ? logitRows.length : -1 });
+      logitRows.push(...wants);
       rows += seg.ids.length;
     }
     if (rows > this.rows) throw new K3Error("INTERNAL", `a pass of ${rows} rows, the model holds ${this.rows}`);
-    this.rollback.newPass();
-    const wanted = placed.filter((p) => p.logits);
+    if (logitRows.length > this.logitRows) throw new K3Error("INTERNAL", `a pass of ${logitRows.length} logit rows, the model holds ${this.logitRows}`);
+    this.rollback.newPass(placed.map((p) => p.state));
+    // Slots before any state changes (a refusal leaves every session as it was).
+    segments.forEach((seg, i) => {
+      if (seg.verify) placed[i]!.verify = this.rollback.open(seg.state, seg.ids);
+    });
     try {
-      this.w.setHeadNext?.(wanted.length > 0);
+      this.w.setHeadNext?.(logitRows.length > 0);
       this.forwardSegments(placed);
-      if (wanted.length === 0) return placed.map(() => null);
-      this.finalLogits(wanted.map((p) => p.row0 + p.ids.length - 1));
+      if (logitRows.length > 0) this.finalLogits(logitRows);
     } catch (err) {
       for (const p of placed) p.state.dirty = true;
+      this.rollback.newPass(placed.map((p) => p.state));
       throw err;
     }
-    const V = this.cfg.vocab;
-    const all = this.b.logits.f32();
-    return placed.map((p) => {
-      const i = wanted.indexOf(p);
-      return i < 0 ? null : all.slice(i * V, (i + 1) * V);
-    });
+    return placed;
   }
 
   /** AttnRes snapshots the last pass left in the bank, and its rows (the final mix reads them). */

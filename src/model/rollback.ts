@@ -8,8 +8,11 @@
 //     may verify;
 //   - one layer's scratch copy of a state and conv history (`spec_S`, `spec_conv`), on which a
 //     segment's drafted rows run so the session's own state advances by x alone;
-//   - which segments may still be kept: a segment is valid until the next pass (any pass reuses
-//     the slots) and only while its session is where the pass left it.
+//   - which segments may still be kept: a session's segment holds its slot until the session's next
+//     pass (which replaces it), until it is released (its generation kept what it will), or — the
+//     slots all held — until a newer segment takes the oldest slot (only when more sessions verify
+//     unbatched, interleaved, than there are slots: the batch scheduler never lets a step need a
+//     slot that is held); and it is valid only while its session is where the pass left it.
 //
 // keep() re-applies one drafted position to the session's real state from its recorded inputs
 // (shift the conv histories, one delta-rule step): the same kernel on the same inputs, so the state
@@ -17,8 +20,9 @@
 // cache rows for every position, and rows past the kept ones are never read (attention reads
 // rows < pos + T of the pass that rewrites them) nor saved (session files hold rows < pos).
 //
-// State per segment, no globals: several sessions' verify segments could share one pass (issue
-// 27) given more slots; today the engine verifies one session per pass (verifySlots = 1).
+// State per segment, no globals: several sessions' verify segments share one batched pass (issue
+// 27), each in its own slot, and each session keeps its accepted drafts whenever its generation
+// gets to them — other sessions' passes in between touch only their own slots.
 import { K3Error } from "../errors.ts";
 import type { ModelConfig } from "../checkpoint/types.ts";
 import { K3_STATUS, type Kernels } from "../kernels.ts";
@@ -40,11 +44,14 @@ interface VerifySegment {
   /** Drafted positions kept so far. */
   kept: number;
   slot: number;
+  /** The pass that opened it (the oldest one gives its slot up first). */
+  pass: number;
 }
 
 export class Rollback {
   private segments = new Map<SessionState, VerifySegment>();
   private readonly kdaIndex: number[];
+  private passes = 0;
 
   constructor(
     private readonly k: Kernels,
@@ -63,17 +70,36 @@ export class Rollback {
     return this.kdaIndex.filter((i) => i >= 0).length;
   }
 
-  /** A pass is starting: every earlier segment's records are about to be overwritten. */
-  newPass(): void {
-    this.segments.clear();
+  /** A pass over `states` is starting: what they verified before is void (their state moves on);
+   *  other sessions' segments stay where they are. */
+  newPass(states: readonly SessionState[]): void {
+    this.passes++;
+    for (const s of states) this.segments.delete(s);
   }
 
-  /** Segment `seg` of the pass about to run verifies its drafted rows; returns its slot. */
+  /** `state` has kept what it will of its segment (or stopped): its slot is free. */
+  release(state: SessionState): void {
+    this.segments.delete(state);
+  }
+
+  /** Sessions holding a slot now. */
+  get held(): number {
+    return this.segments.size;
+  }
+
+  /** A verify segment of the pass about to run (after newPass) records its drafted rows: its slot
+   *  is a free one, else the oldest segment's of an earlier pass (see the header). */
   open(state: SessionState, ids: number[]): number {
     if (ids.length - 1 > this.drafts) throw new K3Error("INTERNAL", `verify segment of ${ids.length} positions, the model has room for 1 + ${this.drafts}`);
-    const slot = this.segments.size;
-    if (slot >= this.slots) throw new K3Error("INTERNAL", `a pass of ${slot + 1} verify segments, the model has slots for ${this.slots}`);
-    this.segments.set(state, { state, ids: ids.slice(), pos0: state.pos, kept: 0, slot });
+    const used = new Map([...this.segments.values()].map((v) => [v.slot, v]));
+    let slot = Array.from({ length: this.slots }, (_, i) => i).find((i) => !used.has(i));
+    if (slot === undefined) {
+      const oldest = [...used.values()].filter((v) => v.pass < this.passes).sort((a, b) => a.pass - b.pass)[0];
+      if (!oldest) throw new K3Error("INTERNAL", `a pass of ${this.segments.size + 1} verify segments, the model has slots for ${this.slots}`);
+      this.segments.delete(oldest.state);
+      slot = oldest.slot;
+    }
+    this.segments.set(state, { state, ids: ids.slice(), pos0: state.pos, kept: 0, slot, pass: this.passes });
     return slot;
   }
 

@@ -70,7 +70,11 @@ export function metricsText(ctx: ServerContext): string {
   family(out, "k3_batch_tokens_total", "counter", "Tokens fed through batched passes, by kind.", [
     [{ kind: "decode" }, b.decodeTokens],
     [{ kind: "prefill" }, b.prefillTokens],
+    [{ kind: "draft" }, b.draftTokens],
   ]);
+  family(out, "k3_batch_verify_segments_total", "counter", "Verify segments (one session's pending token and drafts) batched passes carried.", b.verifySegments);
+  family(out, "k3_batch_drafts_accepted_total", "counter", "Drafted tokens verified in batched passes that their generations kept.", b.acceptedDrafts);
+  family(out, "k3_batch_shared_verify_steps_total", "counter", "Batched passes that verified drafts of two sessions or more.", b.sharedVerifySteps);
   const p = ctx.engine.prefixStats();
   if (p) {
     family(out, "k3_prefix_cache_hits_total", "counter", "Prompts that restored a cached prefix, by tier.", [

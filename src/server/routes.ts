@@ -35,8 +35,9 @@ const modelJson = (ctx: ServerContext) => ({
       setting: ctx.engine.speculate,
       max_drafts: ctx.engine.maxDrafts,
       drafters: ctx.engine.drafters,
-      // Batched generations speculate only one stream at a time (docs/SERVER.md, "Speculation").
-      per_request: ctx.engine.parallel === 1 && ctx.engine.maxDrafts > 0,
+      // Every batched generation speculates, several sessions' drafts in one step (docs/SERVER.md, "How
+      // a step is filled"): a request's own `speculate` is honoured whenever the engine has drafts.
+      per_request: ctx.engine.maxDrafts > 0,
     },
     defaults: { temperature: ctx.defaults.temperature, reasoning_budget: ctx.defaults.reasoningBudget === undefined ? "half of max_tokens" : ctx.defaults.reasoningBudget },
   },

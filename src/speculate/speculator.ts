@@ -45,8 +45,10 @@ export interface DrafterSlot {
 }
 
 /** A proposal and who made it; `q`: the drafter's normalised distribution of each draft, when it
- *  drew them (a model drafter under the rejection rule, src/speculate/reject.ts). */
-export type Proposal = Draft & { by?: string; q?: Float64Array[] };
+ *  drew them (a model drafter under the rejection rule, src/speculate/reject.ts); `acceptance`:
+ *  with `auto`, the per-draft acceptance its drafter's lane expects (a batched step places draft
+ *  rows by it and may verify fewer: src/speculate/step-drafts.ts). */
+export type Proposal = Draft & { by?: string; q?: Float64Array[]; acceptance?: number };
 
 export class Speculator {
   readonly counters: SpeculationCounters = { draftedTokens: 0, acceptedTokens: 0, verifyPasses: 0 };
@@ -104,13 +106,15 @@ export class Speculator {
     }
     if (!best) return { tokens: [] };
     const d = best.draft ?? ask(best.slot, best.k);
-    return { tokens: d.tokens.slice(0, best.k), by: best.slot.drafter.name, ...(d.q ? { q: d.q.slice(0, best.k) } : {}) };
+    const acceptance = this.cost.lane(laneOf(best.slot)).acceptance.rate;
+    return { tokens: d.tokens.slice(0, best.k), by: best.slot.drafter.name, acceptance, ...(d.q ? { q: d.q.slice(0, best.k) } : {}) };
   }
 
-  /** A decode pass over `positions` positions read these bytes; `drafted` of them were drafts (by
-   *  drafter `by`), `accepted` kept. */
-  observe(positions: number, trunkBytes: number, expertBytes: number, drafted: number, accepted: number, by?: string): void {
-    this.cost.observePass(positions, trunkBytes, expertBytes);
+  /** A decode pass over `positions` positions read `bytes` (trunk, experts; undefined: not known
+   *  for this pass alone — a batched step's bytes are the step's, which the scheduler's own cost
+   *  model learns from); `drafted` of them were drafts (by drafter `by`), `accepted` kept. */
+  observe(positions: number, bytes: [trunk: number, experts: number] | undefined, drafted: number, accepted: number, by?: string): void {
+    if (bytes) this.cost.observePass(positions, bytes[0], bytes[1]);
     if (drafted > 0) {
       const slot = this.slots.find((s) => s.drafter.name === by) ?? this.slots[0]!;
       this.cost.observeVerdict(drafted, accepted, laneOf(slot));

@@ -36,8 +36,8 @@ function speculationChoices(model: ModelInfo | undefined): void {
   note.textContent = !spec
     ? ""
     : spec.max_drafts === 0
-      ? "This server does not speculate (--speculate off, or several streams batched: --parallel > 1)."
-      : `Drafters: ${spec.drafters.join(", ") || "none"}.${spec.per_request ? "" : " Several streams are batched here (--parallel > 1), so requests do not speculate."} The output is the same either way.`;
+      ? "This server does not speculate (--speculate off)."
+      : `Drafters: ${spec.drafters.join(", ") || "none"}.${spec.per_request ? "" : " Requests cannot choose here."} The output is the same either way.`;
 }
 
 export function initSettings(s: Settings, model: ModelInfo | undefined, save: () => void): void {
