@@ -141,6 +141,22 @@ async function exactTogether(reqs: Req[], parallel: number, extra: Partial<Engin
   }
 }
 
+/** Drive a batched generation as the server does until its second `wait` (the pass after its
+ *  first token, once the prefill ran), and abandon it there, its ticket not run; the ids it emitted. */
+async function abandonAtSecondWait(e: Engine, s: Session, prompt: number[], opts: Partial<GenerateOptions>): Promise<number[]> {
+  const g = e.generate(s, prompt, { maxTokens: GEN, batched: true, ...opts });
+  const ids: number[] = [];
+  for (let waits = 0; ; ) {
+    const x = g.next();
+    if (x.done) throw new Error("ended early");
+    if (!x.value.wait) ids.push(x.value.id);
+    else if (++waits === 2) break;
+    else await e.turn();
+  }
+  g.return(undefined as never);
+  return ids;
+}
+
 /** Each prompt's plain greedy continuation (what the oracles propose). */
 const plain: number[][] = [];
 beforeAll(async () => {
@@ -219,23 +235,41 @@ describe("several sessions' drafts in one pass", () => {
     const e = Engine.open(dir, { threads: 2, chunk: 8, speculate: 4, parallel: 2 });
     try {
       const s = e.createSession();
-      const g = e.generate(s, PROMPTS[0]!, { maxTokens: GEN, batched: true, drafter: oracle(0, 9), speculate: 4 });
-      const ids: number[] = [];
-      for (let waits = 0; waits < 2; ) {
-        const x = g.next();
-        if (x.done) throw new Error("ended early");
-        if (x.value.wait) {
-          if (++waits === 2) break; // the verify ticket after the first token waits: abandon it
-          await e.turn();
-        } else ids.push(x.value.id);
-      }
-      g.return(undefined as never);
+      const ids = await abandonAtSecondWait(e, s, PROMPTS[0]!, { drafter: oracle(0, 9), speculate: 4 });
       expect(ids.length).toBe(1);
       expect(s.pending).toEqual(ids);
       const rest: number[] = [];
       for (const t of e.generate(s, [], { maxTokens: GEN - 1, drafter: oracle(0, 9), speculate: 4 })) rest.push(t.id);
       expect([...ids, ...rest]).toEqual(plain[0]!);
       expect(e.batchStats().holding).toBe(0);
+    } finally {
+      e.close();
+    }
+  });
+
+  // Generation.decodeRow's restore: without it the emitted token is lost from the session (the
+  // saved session lacks it, the next turn runs as if it had never been said).
+  test("a generation abandoned while its decode row waits (no drafts): the saved session holds its emitted token, and the next turn equals a full recompute (ids, logits, session bytes)", async () => {
+    const next = [31, 32, 33];
+    const e = Engine.open(dir, { threads: 2, chunk: 8, speculate: 4, parallel: 2 });
+    try {
+      const s = e.createSession();
+      const ids = await abandonAtSecondWait(e, s, PROMPTS[0]!, { speculate: "off" });
+      expect(ids.length).toBe(1);
+      const saved = sessionHex(e, s);
+      const rec = recording();
+      const rest: number[] = [];
+      for (const t of e.generate(s, next, { maxTokens: GEN, sampler: rec.sampler })) rest.push(t.id);
+      // Plain runs: the prompt stopped after its first token; the whole conversation at once.
+      const [stopped, whole] = solo(dir, [
+        { prompt: PROMPTS[0]!, opts: {}, stopAt: 1 },
+        { prompt: [...PROMPTS[0]!, ...ids, ...next], opts: {} },
+      ]);
+      expect(stopped!.ids).toEqual(ids);
+      expect(rest).toEqual(whole!.ids);
+      expect(rec.seen).toEqual(whole!.logits);
+      expect(sessionHex(e, s)).toBe(whole!.session);
+      expect(saved).toBe(stopped!.session);
     } finally {
       e.close();
     }
