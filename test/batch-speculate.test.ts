@@ -4,12 +4,16 @@
 // the session it leaves, byte for byte — whatever its drafts did (kept, rejected, none), whatever
 // shares its steps and whenever it arrives; greedy and seeded. A session stopped mid-verify (its
 // accepted drafts only partly kept) leaves the others exact and itself as plain decoding of what it
-// emitted. The draft model drafts inside batched steps too.
+// emitted. A generation abandoned while its pass waits for a step keeps its emitted token. The
+// demo's trained draft drafts inside batched steps too, each session keeping its drafts from its own
+// rollback slot.
 import { beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { type BatchStats, createSampler, Engine, type Drafter, type EngineOptions, type GenerateOptions, type GenerationStats, type Sampler, type Session } from "../src/engine.ts";
-import { scratchDir, tinyDraft, tinyModel } from "./helpers/models.ts";
+import { ensureDemoDraft, ensureDemoModel } from "../src/cli/demo.ts";
+import { Tokenizer } from "../src/text/tokenizer.ts";
+import { scratchDir, tinyModel } from "./helpers/models.ts";
 
 setDefaultTimeout(120_000);
 
@@ -124,12 +128,13 @@ function solo(dir: string, reqs: Req[]): Out[] {
 let dir = "";
 
 /** `reqs` together on an engine of `parallel` sessions (speculate 4, `extra`): each one's ids and
- *  session bytes are its solo run's without speculation, and each verified drafts; the batch stats. */
-async function exactTogether(reqs: Req[], parallel: number, extra: Partial<EngineOptions> = {}): Promise<{ got: Out[]; batch: BatchStats }> {
-  const e = Engine.open(dir, { threads: 2, chunk: 8, speculate: 4, parallel, ...extra });
+ *  session bytes are its solo run's without speculation, and each verified drafts; the batch stats.
+ *  On `model` (default the tiny test model). */
+async function exactTogether(reqs: Req[], parallel: number, extra: Partial<EngineOptions> = {}, model = dir): Promise<{ got: Out[]; batch: BatchStats }> {
+  const e = Engine.open(model, { threads: 2, chunk: 8, speculate: 4, parallel, ...extra });
   try {
     const got = await together(e, reqs);
-    const want = solo(dir, reqs);
+    const want = solo(model, reqs);
     got.forEach((g, i) => {
       expect(g.ids).toEqual(want[i]!.ids);
       expect(g.session).toBe(want[i]!.session);
@@ -139,6 +144,22 @@ async function exactTogether(reqs: Req[], parallel: number, extra: Partial<Engin
   } finally {
     e.close();
   }
+}
+
+/** Drive a batched generation as the server does until its second `wait` (the pass after its
+ *  first token, once the prefill ran), and abandon it there, its ticket not run; the ids it emitted. */
+async function abandonAtSecondWait(e: Engine, s: Session, prompt: number[], opts: Partial<GenerateOptions>): Promise<number[]> {
+  const g = e.generate(s, prompt, { maxTokens: GEN, batched: true, ...opts });
+  const ids: number[] = [];
+  for (let waits = 0; ; ) {
+    const x = g.next();
+    if (x.done) throw new Error("ended early");
+    if (!x.value.wait) ids.push(x.value.id);
+    else if (++waits === 2) break;
+    else await e.turn();
+  }
+  g.return(undefined as never);
+  return ids;
 }
 
 /** Each prompt's plain greedy continuation (what the oracles propose). */
@@ -219,23 +240,41 @@ describe("several sessions' drafts in one pass", () => {
     const e = Engine.open(dir, { threads: 2, chunk: 8, speculate: 4, parallel: 2 });
     try {
       const s = e.createSession();
-      const g = e.generate(s, PROMPTS[0]!, { maxTokens: GEN, batched: true, drafter: oracle(0, 9), speculate: 4 });
-      const ids: number[] = [];
-      for (let waits = 0; waits < 2; ) {
-        const x = g.next();
-        if (x.done) throw new Error("ended early");
-        if (x.value.wait) {
-          if (++waits === 2) break; // the verify ticket after the first token waits: abandon it
-          await e.turn();
-        } else ids.push(x.value.id);
-      }
-      g.return(undefined as never);
+      const ids = await abandonAtSecondWait(e, s, PROMPTS[0]!, { drafter: oracle(0, 9), speculate: 4 });
       expect(ids.length).toBe(1);
       expect(s.pending).toEqual(ids);
       const rest: number[] = [];
       for (const t of e.generate(s, [], { maxTokens: GEN - 1, drafter: oracle(0, 9), speculate: 4 })) rest.push(t.id);
       expect([...ids, ...rest]).toEqual(plain[0]!);
       expect(e.batchStats().holding).toBe(0);
+    } finally {
+      e.close();
+    }
+  });
+
+  // Generation.decodeRow's restore: without it the emitted token is lost from the session (the
+  // saved session lacks it, the next turn runs as if it had never been said).
+  test("a generation abandoned while its decode row waits (no drafts): the saved session holds its emitted token, and the next turn equals a full recompute (ids, logits, session bytes)", async () => {
+    const next = [31, 32, 33];
+    const e = Engine.open(dir, { threads: 2, chunk: 8, speculate: 4, parallel: 2 });
+    try {
+      const s = e.createSession();
+      const ids = await abandonAtSecondWait(e, s, PROMPTS[0]!, { speculate: "off" });
+      expect(ids.length).toBe(1);
+      const saved = sessionHex(e, s);
+      const rec = recording();
+      const rest: number[] = [];
+      for (const t of e.generate(s, next, { maxTokens: GEN, sampler: rec.sampler })) rest.push(t.id);
+      // Plain runs: the prompt stopped after its first token; the whole conversation at once.
+      const [stopped, whole] = solo(dir, [
+        { prompt: PROMPTS[0]!, opts: {}, stopAt: 1 },
+        { prompt: [...PROMPTS[0]!, ...ids, ...next], opts: {} },
+      ]);
+      expect(stopped!.ids).toEqual(ids);
+      expect(rest).toEqual(whole!.ids);
+      expect(rec.seen).toEqual(whole!.logits);
+      expect(sessionHex(e, s)).toBe(whole!.session);
+      expect(saved).toBe(stopped!.session);
     } finally {
       e.close();
     }
@@ -256,13 +295,23 @@ describe("several sessions' drafts in one pass", () => {
 });
 
 describe("the draft model drafts inside batched steps", () => {
-  test("three sessions with the draft (eagle3.1) at --parallel 3: the model drafter's drafts are verified in shared steps; ids and session bytes are the plain runs'", async () => {
-    const draft = await tinyDraft("tiny-a", { variant: "eagle3.1", rope: "yarn" });
-    const reqs: Req[] = PROMPTS.slice(0, 3).map((prompt, i) => ({ prompt, opts: { speculate: 3 }, startAt: i }));
+  // The demo and its trained draft (right about half the time, docs/DRAFT.md "The demo draft"):
+  // sessions keep model drafts from steps that verified other sessions' segments too, so each
+  // session's keep() must re-apply its own rollback slot's records (a random draft is never kept:
+  // there every slot could be the same one and nothing would show it).
+  const cache = scratchDir("batch-spec-demo");
+  test("three sessions with the demo's trained draft at --parallel 3: model drafts verified in shared steps and kept; ids and session bytes are the plain runs'", async () => {
+    const model = ensureDemoModel({ ...process.env, XDG_CACHE_HOME: cache });
+    const draft = ensureDemoDraft({ ...process.env, XDG_CACHE_HOME: cache });
+    const tok = Tokenizer.load(model);
+    const texts = ["The history of the city is", "Once upon a time there was", "The river runs through the"];
+    const reqs: Req[] = texts.map((t, i) => ({ prompt: tok.encode(t), opts: { speculate: 3 }, startAt: i }));
     // The recording sampler would also see the draft's logits (the model drafter picks its
     // drafts with the generation's sampler): ids and sessions are compared.
-    const { got, batch } = await exactTogether(reqs, 3, { draft });
-    for (const g of got) expect(g.stats.drafters.model?.draftedTokens ?? 0).toBeGreaterThan(0);
+    const { got, batch } = await exactTogether(reqs, 3, { draft }, model);
+    for (const g of got) expect(g.stats.drafters.model?.acceptedTokens ?? 0).toBeGreaterThan(0);
     expect(batch.sharedVerifySteps).toBeGreaterThan(0);
+    // A step where one session's kept drafts sat beside another session's verify segment.
+    expect(batch.recent.some((r) => r.verify.length >= 2 && r.verify.some((v) => (v.accepted ?? 0) > 0))).toBe(true);
   });
 });
