@@ -131,9 +131,10 @@ static void bx_part(void* ctx, int32_t i, int32_t n) {
 
 K3_API int32_t k3_matmul_bx4(const uint8_t* B, const uint32_t* eidx, const uint32_t* ent, int64_t nent,
                              const float* X, int32_t ldx, float* Y, int32_t ldy, int32_t rows, int32_t cols, int32_t T) {
-  if (rows < 0 || cols < 0 || T < 0 || ldx < cols || ldy < rows || cols >= MAX_COLS || nent < 0) return K3_ERR_ARG;
+  int32_t st = k3_mm_check(B, eidx, 1, X, ldx, Y, ldy, rows, cols, T, 1);
+  if (st != K3_OK || cols >= MAX_COLS || nent < 0) return K3_ERR_ARG;
   if (rows == 0 || T == 0) return K3_OK;
-  if (!Y || !eidx || (nent > 0 && !ent) || (cols > 0 && (!B || !X))) return K3_ERR_ARG;
+  if (!eidx || (nent > 0 && !ent)) return K3_ERR_ARG;
   if (cols == 0) {
     for (int32_t t = 0; t < T; t++) memset(Y + (int64_t)t * ldy, 0, sizeof(float) * (size_t)rows);
     return K3_OK;

@@ -18,7 +18,7 @@
  * Decoding is exact: w = (hb << 8) | lb with hb = table[code], or the escape's hb. */
 #ifndef K3_BX4_INTERNAL_H
 #define K3_BX4_INTERNAL_H
-#include "k3_internal.h"
+#include "k3_matmul_internal.h"
 #include <stdatomic.h>
 
 #define BX4_TABLE 16
