@@ -141,8 +141,10 @@ K3_API int32_t k3_matmul_bx4(const uint8_t* B, const uint32_t* eidx, const uint3
   }
   atomic_int bad = 0;
   const int32_t isa = k3_isa_current();
+  const int batch = T >= BATCH_MIN_T;
   bx_task t = { { B, eidx, ent, nent, X, Y, ldx, ldy, rows, cols, T, &bad },
-                isa == K3_ISA_AVX512 ? X86(k3_bx4_avx512) : isa == K3_ISA_AVX2 ? X86(k3_bx4_avx2)
+                isa == K3_ISA_AVX512 ? (batch ? X86(k3_bx4_batch_avx512) : X86(k3_bx4_avx512))
+                : isa == K3_ISA_AVX2 ? (batch ? X86(k3_bx4_batch_avx2) : X86(k3_bx4_avx2))
                 : isa == K3_ISA_NEON ? ARM(k3_bx4_neon) : bx4_scalar };
   k3_pool_run_if(bx_part, &t, (int64_t)rows * cols < SMALL_WEIGHTS);
   return atomic_load(&bad) ? K3_ERR_DATA : K3_OK;

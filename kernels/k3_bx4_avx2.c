@@ -99,3 +99,32 @@ TAVX2 void k3_bx4_avx2(const bx_job* j, int64_t r0, int64_t r1) {
     for (; t < T; t++) bx_block(j, r, t, 1, 1);
   }
 }
+
+/* ---------------------------------------------------------------- many tokens */
+/* As tile_avx512 (k3_bx4_avx512.c): whole chunks decoded in registers and stored, escapes
+ * patched, a partial chunk by bx4_decode_cols. */
+TAVX2 static void tile_avx2(const mm_job* mj, int64_t r, int32_t k0, float* tile, int64_t ldt, int rows, int32_t n) {
+  const bx_job* j = mj->ctx;
+  const int32_t cols = j->cols;
+  const int64_t rb = bx4_row_bytes(cols), cb = bx4_code_bytes(cols);
+  const __m256i cnt[2] = { _mm256_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12), _mm256_setr_epi32(16, 16, 20, 20, 24, 24, 28, 28) };
+  for (int i = 0; i < rows; i++) {
+    const uint8_t* row = j->B + (r + i) * rb;
+    const uint32_t *e, *end;
+    bx4_escapes(j, r + i, &e, &end);
+    bx4_skip_to(&e, end, k0);
+    float* out = tile + i * ldt - k0;
+    const __m256i tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)row));
+    int32_t c = k0;
+    if (k0 % 16 == 0)
+      for (; c + 16 <= k0 + n; c += 16)
+        for (int h = 0; h < 2; h++) _mm256_storeu_ps(out + c + 8 * h, half8(row + BX4_TABLE, row + BX4_TABLE + cb, c, h, tab, cnt[h]));
+    bx4_patch(row, cols, 0, c, &e, end, out);
+    if (c < k0 + n) bx4_decode_cols(row, cols, c, k0 + n - c, &e, end, out + c);
+  }
+}
+
+TAVX2 void k3_bx4_batch_avx2(const bx_job* j, int64_t r0, int64_t r1) {
+  mm_job mj = { .W = j->B, .X = j->X, .Y = j->Y, .rows = j->rows, .cols = j->cols, .T = j->T, .isa = K3_ISA_AVX2, .ldx = j->ldx, .ldy = j->ldy, .decode = tile_avx2, .ctx = j };
+  k3_mm_bf16_batch_avx2(&mj, r0, r1);
+}

@@ -98,3 +98,32 @@ T512 void k3_bx4_avx512(const bx_job* j, int64_t r0, int64_t r1) {
     for (; t < T; t++) bx_block(j, r, t, 1, 1);
   }
 }
+
+/* ---------------------------------------------------------------- many tokens */
+/* Rows r.. r+rows−1, columns [k0, k0+n) decoded into tile (row stride ldt) for the batched loop
+ * nest: whole chunks in registers, stored, then the escapes among them patched; a partial chunk
+ * (the tail columns) by bx4_decode_cols. */
+T512 static void tile_avx512(const mm_job* mj, int64_t r, int32_t k0, float* tile, int64_t ldt, int rows, int32_t n) {
+  const bx_job* j = mj->ctx;
+  const int32_t cols = j->cols;
+  const int64_t rb = bx4_row_bytes(cols), cb = bx4_code_bytes(cols);
+  const __m512i cnt = _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
+  for (int i = 0; i < rows; i++) {
+    const uint8_t* row = j->B + (r + i) * rb;
+    const uint32_t *e, *end;
+    bx4_escapes(j, r + i, &e, &end);
+    bx4_skip_to(&e, end, k0);
+    float* out = tile + i * ldt - k0;
+    const __m512i tab = _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)row)), 24);
+    int32_t c = k0;
+    if (k0 % 16 == 0)
+      for (; c + 16 <= k0 + n; c += 16) _mm512_storeu_ps(out + c, chunk16(row + BX4_TABLE, row + BX4_TABLE + cb, c, tab, cnt));
+    bx4_patch(row, cols, 0, c, &e, end, out);
+    if (c < k0 + n) bx4_decode_cols(row, cols, c, k0 + n - c, &e, end, out + c);
+  }
+}
+
+T512 void k3_bx4_batch_avx512(const bx_job* j, int64_t r0, int64_t r1) {
+  mm_job mj = { .W = j->B, .X = j->X, .Y = j->Y, .rows = j->rows, .cols = j->cols, .T = j->T, .isa = K3_ISA_AVX512, .ldx = j->ldx, .ldy = j->ldy, .decode = tile_avx512, .ctx = j };
+  k3_mm_bf16_batch_avx512(&mj, r0, r1);
+}

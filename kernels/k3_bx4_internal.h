@@ -82,6 +82,27 @@ static inline void bx4_decode_cols(const uint8_t* row, int32_t cols, int32_t c, 
   }
 }
 
+/* The row's escapes from column k0 on (*e advances past the earlier ones). */
+static inline void bx4_skip_to(const uint32_t** e, const uint32_t* end, int32_t k0) {
+  while (*e < end && ((*e)[0] >> 8) < (uint32_t)k0) (*e)++;
+}
+
+/* Overwrites out[col − k0] for the row's escapes with col < k1 (*e advances past them): the
+ * patch after a vector decode of columns [k0, k1) into memory. */
+static inline void bx4_patch(const uint8_t* row, int32_t cols, int32_t k0, int32_t k1, const uint32_t** e, const uint32_t* end, float* out) {
+  const uint8_t* low = row + BX4_TABLE + bx4_code_bytes(cols);
+  for (; *e < end && ((*e)[0] >> 8) < (uint32_t)k1; (*e)++) {
+    uint32_t col = (*e)[0] >> 8;
+    out[col - k0] = k3_bf16((uint16_t)(((*e)[0] & 255) << 8 | low[col]));
+  }
+}
+
+/* Many tokens per call (T ≥ BATCH_MIN_T, x86): k3_matmul_bf16's batched loop nest
+ * (k3_matmul_batch.c) with its weight tiles decoded from BX4 instead of widened from bf16 — the
+ * same f32 values, so the same bits. */
+void k3_bx4_batch_avx2(const bx_job* j, int64_t r0, int64_t r1);
+void k3_bx4_batch_avx512(const bx_job* j, int64_t r0, int64_t r1);
+
 void k3_bx4_avx2(const bx_job* j, int64_t r0, int64_t r1);
 void k3_bx4_avx512(const bx_job* j, int64_t r0, int64_t r1);
 void k3_bx4_neon(const bx_job* j, int64_t r0, int64_t r1);

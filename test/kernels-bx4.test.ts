@@ -97,12 +97,12 @@ describe("BX4 format", () => {
 
 describe("k3_matmul_bx4 = k3_matmul_bf16 on the decoded matrix, bit for bit", () => {
   for (const p of paths)
-    test.skipIf(!p.ok)(`ISA ${p.name}, threads 1–3, T = 1…9 and 17, strided x and y, row slices`, () => {
+    test.skipIf(!p.ok)(`ISA ${p.name}, threads 1–3, T = 1…9, 17, 33 (the batched loop nest from 8), strided x and y, row slices`, () => {
       const r = rng(7);
       for (const [rows, cols] of [...SIZES, [64, 2048] as [number, number], [33, 1536] as [number, number]]) {
         const w = weights(r, rows, cols);
         const m = encode(w, rows, cols);
-        for (const T of [1, 2, 3, 4, 5, 9, 17]) {
+        for (const T of [1, 2, 3, 4, 5, 9, 17, 33]) {
           const X = randF32(r, T * cols);
           const want = withIsaThreads(ISA.scalar, 1, () => bitsHash(bf16Product(w, X, rows, cols, T)));
           for (const threads of [1, 2, 3]) {
@@ -137,9 +137,10 @@ describe("a damaged escape table or bad sizes: a status, never a read outside th
   const cols = 64;
   const w = weights(rng(3), rows, cols);
   const good = encode(w, rows, cols);
-  const X = randF32(rng(4), cols);
+  const X = randF32(rng(4), 9 * cols);
+  // one token (row-blocked paths) and nine (the batched loop nest) must both refuse
   const call = (m: { B: Uint8Array; eidx: Uint32Array; ent: Uint32Array }, isa: number) =>
-    withIsaThreads(isa, 1, () => k.k3_matmul_bx4(m.B, m.eidx, m.ent, m.ent.length, X, cols, new Float32Array(rows), rows, rows, cols, 1));
+    [1, 9].map((T) => withIsaThreads(isa, 1, () => k.k3_matmul_bx4(m.B, m.eidx, m.ent, m.ent.length, X, cols, new Float32Array(T * rows), rows, rows, cols, T)));
   test("index past the entries, columns out of order or ≥ cols: K3_ERR_DATA on every path (and from the decoder)", () => {
     expect(good.ent.length).toBeGreaterThan(2);
     const cases: [string, (m: { eidx: Uint32Array; ent: Uint32Array }) => void][] = [
@@ -151,10 +152,10 @@ describe("a damaged escape table or bad sizes: a status, never a read outside th
     for (const [what, damage] of cases) {
       const m = { B: good.B, eidx: good.eidx.slice(), ent: good.ent.slice() };
       damage(m);
-      for (const p of paths.filter((x) => x.ok)) expect({ what, path: p.name, st: call(m, p.isa) }).toEqual({ what, path: p.name, st: K3_STATUS.data });
+      for (const p of paths.filter((x) => x.ok)) expect({ what, path: p.name, st: call(m, p.isa) }).toEqual({ what, path: p.name, st: [K3_STATUS.data, K3_STATUS.data] });
       expect({ what, st: k.k3_bx4_decode(m.B, m.eidx, m.ent, m.ent.length, rows, cols, new Uint16Array(rows * cols)) }).toEqual({ what, st: K3_STATUS.data });
     }
-    for (const p of paths.filter((x) => x.ok)) expect(call(good, p.isa)).toBe(K3_STATUS.ok);
+    for (const p of paths.filter((x) => x.ok)) expect(call(good, p.isa)).toEqual([K3_STATUS.ok, K3_STATUS.ok]);
   });
 
   test("bad sizes: K3_ERR_ARG, nothing written", () => {
