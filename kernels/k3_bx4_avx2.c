@@ -125,6 +125,6 @@ TAVX2 static void tile_avx2(const mm_job* mj, int64_t r, int32_t k0, float* tile
 }
 
 TAVX2 void k3_bx4_batch_avx2(const bx_job* j, int64_t r0, int64_t r1) {
-  mm_job mj = { .W = j->B, .X = j->X, .Y = j->Y, .rows = j->rows, .cols = j->cols, .T = j->T, .isa = K3_ISA_AVX2, .ldx = j->ldx, .ldy = j->ldy, .decode = tile_avx2, .ctx = j };
+  mm_job mj = { .W = j->B, .X = j->X, .Y = j->Y, .rows = j->rows, .cols = j->cols, .T = j->T, .isa = K3_ISA_AVX2, .ldx = j->ldx, .ldy = j->ldy, .decode = tile_avx2, .prefetch = bx4_prefetch_tile, .ctx = j };
   k3_mm_bf16_batch_avx2(&mj, r0, r1);
 }

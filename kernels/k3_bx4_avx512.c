@@ -124,6 +124,6 @@ T512 static void tile_avx512(const mm_job* mj, int64_t r, int32_t k0, float* til
 }
 
 T512 void k3_bx4_batch_avx512(const bx_job* j, int64_t r0, int64_t r1) {
-  mm_job mj = { .W = j->B, .X = j->X, .Y = j->Y, .rows = j->rows, .cols = j->cols, .T = j->T, .isa = K3_ISA_AVX512, .ldx = j->ldx, .ldy = j->ldy, .decode = tile_avx512, .ctx = j };
+  mm_job mj = { .W = j->B, .X = j->X, .Y = j->Y, .rows = j->rows, .cols = j->cols, .T = j->T, .isa = K3_ISA_AVX512, .ldx = j->ldx, .ldy = j->ldy, .decode = tile_avx512, .prefetch = bx4_prefetch_tile, .ctx = j };
   k3_mm_bf16_batch_avx512(&mj, r0, r1);
 }

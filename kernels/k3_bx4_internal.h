@@ -97,6 +97,18 @@ static inline void bx4_patch(const uint8_t* row, int32_t cols, int32_t k0, int32
   }
 }
 
+/* The batched loop nest's prefetch of the next tile (k3_matmul_batch.c): rows r..r+rows−1,
+ * columns [k0, k0 + KC): their codes (KC/2 bytes) and low bytes (KC) per row. */
+static inline void bx4_prefetch_tile(const mm_job* mj, int64_t r, int32_t k0, int rows) {
+  const bx_job* j = mj->ctx;
+  const int64_t rb = bx4_row_bytes(j->cols), cb = bx4_code_bytes(j->cols);
+  for (int i = 0; i < rows; i++) {
+    const char* row = (const char*)j->B + (r + i) * rb + BX4_TABLE;
+    for (int32_t b = 0; b < KC / 2 && k0 / 2 + b < cb; b += 64) __builtin_prefetch(row + k0 / 2 + b, 0, 2);
+    for (int32_t b = 0; b < KC && k0 + b < j->cols; b += 64) __builtin_prefetch(row + cb + k0 + b, 0, 2);
+  }
+}
+
 /* Many tokens per call (T ≥ BATCH_MIN_T, x86): k3_matmul_bf16's batched loop nest
  * (k3_matmul_batch.c) with its weight tiles decoded from BX4 instead of widened from bf16 — the
  * same f32 values, so the same bits. */

@@ -50,10 +50,13 @@ static const int64_t BYTES2[] = { 8, 4, 1, 2, 1 };
  * tile width per visit, too short for the hardware prefetcher; the request is made while the
  * current tile (≥ TB·RP·KC multiply-adds per token block) computes. */
 static void prefetch_next_tile(const mm_job* j, int kind, int64_t p, int rp, int32_t k0, int64_t r1) {
-  if (j->decode) return; /* coded rows: not bf16 addresses (the decoder's rows are one stream each) */
   if (k0 < 0) {
     p += rp, k0 = 0;
     rp = r1 - p < RP ? (int)(r1 - p) : RP;
+  }
+  if (j->decode) { /* coded rows: the decoder knows where their bytes are */
+    if (j->prefetch && rp > 0) j->prefetch(j, p, k0, rp);
+    return;
   }
   const int64_t esz2 = BYTES2[kind];
   const int64_t row = (int64_t)j->cols * esz2 / 2, off = (int64_t)k0 * esz2 / 2, len = (int64_t)KC * esz2 / 2;

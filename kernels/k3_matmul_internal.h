@@ -21,6 +21,8 @@ typedef struct mm_job_s {
    * tiles (and the tail columns) through this instead of widening W, with the same f32 values;
    * rows × n weights from row r, column k0, at tile + i·ldt. NULL for plain bf16. */
   void (*decode)(const struct mm_job_s* j, int64_t r, int32_t k0, float* tile, int64_t ldt, int rows, int32_t n);
+  /* … and asks L2 for the coded bytes of rows × KC columns from (r, k0): the next tile's. */
+  void (*prefetch)(const struct mm_job_s* j, int64_t r, int32_t k0, int rows);
   const void* ctx;        /* the decoder's own job */
 } mm_job;
 
