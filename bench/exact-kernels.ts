@@ -14,6 +14,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { ISA, K3_STATUS, loadKernels } from "../src/kernels.ts";
 import { normalBf16Table } from "../tools/gen/bf16.ts";
 import { fillBytes } from "./weights.ts";
+import { median } from "./common.ts";
 
 const k = loadKernels();
 const arg = (name: string, dflt: string) => {
@@ -91,7 +92,6 @@ for (let run = 1; run <= RUNS; run++) {
     }
 }
 
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const lines = [
   `${count} matrices [${ROWS}][${COLS}] (${((count * ROWS * COLS * 2) / 2 ** 20).toFixed(0)} MiB bf16, ${((count * ROWS * rowBytes) / 2 ** 20).toFixed(0)} MiB BX4, ${escapes} escapes); ${RUNS} rounds, load ${loads.join(" / ")}`,
   "",

@@ -25,7 +25,7 @@ import { unpackDemo } from "../src/cli/demo-pack.ts";
 import type { ArmResult, ArmSpec } from "./stream.ts";
 import type { DiskResult } from "./disk.ts";
 import { machineInfo, type MachineInfo } from "./machine.ts";
-import { freezeKernels, parseCommonArgs, ROOT, runArmChild, runDisk, updateDocSection, writeReport, type CommonArgs } from "./common.ts";
+import { freezeKernels, isDisk, median, parseCommonArgs, ROOT, runArmChild, runDisk, updateDocSection, writeReport, type CommonArgs } from "./common.ts";
 import { floorBytes, planInputFromCensus } from "../src/memory/plan.ts";
 import { openCheckpoint } from "../src/checkpoint/catalogue.ts";
 import { trunkSlots } from "../src/memory/pack.ts";
@@ -109,12 +109,6 @@ const ARMS = (m: ModelSetup) => [
   { arm: `exact @ ${m.residentRam}`, trunk: "exact" as const, ram: m.residentRam },
 ];
 
-const median = (xs: number[]) => {
-  if (!xs.length) return NaN;
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
-const isDisk = (d: DiskResult | { error: string }): d is DiskResult => !("error" in d);
 
 function summarize(rep: Report) {
   const problems: string[] = [];

@@ -110,17 +110,6 @@ static void bx4_scalar(const bx_job* j, int64_t r0, int64_t r1) {
 }
 
 /* ---------------------------------------------------------------- dispatch */
-#if defined(__x86_64__)
-#define X86(f) f
-#else
-#define X86(f) NULL
-#endif
-#if defined(__aarch64__)
-#define ARM(f) f
-#else
-#define ARM(f) NULL
-#endif
-
 typedef struct { bx_job j; bx_rows_fn fn; } bx_task;
 static void bx_part(void* ctx, int32_t i, int32_t n) {
   bx_task* t = ctx;
