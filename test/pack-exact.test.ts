@@ -298,5 +298,13 @@ describe("as a user meets it", () => {
     const v = k3(["verify", d], home);
     expect(v.err).not.toMatch(STACK_FRAME);
     expect([v.code, v.out]).toEqual([0, expect.stringMatching(/exact trunk pack .*: \d+ blocks .* match its checksums; \d+ coded matrices and \d+ copied tensors equal the shards' bytes/)]);
+    // a stale pack: plan and run (auto) still answer from the shards, naming it; asked for, refused
+    const shard = join(d, "model-00003-of-000011.safetensors");
+    const st = statSync(shard);
+    utimesSync(shard, st.atime, new Date(st.mtimeMs + 5000));
+    const stale = k3(["plan", d, "--ram", floor], home);
+    expect([stale.code, stale.out]).toEqual([0, expect.stringMatching(/trunk: auto → bf16 .*\n {2}bf16 .*\n {2}exact {2}not usable: .*packed from other shard bytes/)]);
+    const asked = k3(["run", d, "--ids", "5,6,7", "--gen", "3", "--trunk", "exact"], home);
+    expect([asked.code, asked.err]).toEqual([4, expect.stringContaining("packed from other shard bytes")]);
   });
 });

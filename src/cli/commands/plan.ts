@@ -137,7 +137,14 @@ export default defineCommand({
     // The plan for one trunk: from a folder the buffers the engine will allocate for this layout
     // and trunk, exactly (a pack not made yet: what it would be, escapes not counted).
     const planFor = (trunk: TrunkFormat): TrunkPlan => {
-      const t = ck ? trunkSlots(ck, trunk) : { slots: metadataTrunkSlots(cfg, trunk), packed: trunk === "bf16" ? null : false };
+      let t: ReturnType<typeof trunkSlots>;
+      try {
+        t = ck ? trunkSlots(ck, trunk) : { slots: metadataTrunkSlots(cfg, trunk), packed: trunk === "bf16" ? null : false };
+      } catch (err) {
+        // auto, as the engine: a stale or damaged exact pack is not used (named), the shards answer
+        if (asked !== "auto" || !(err instanceof K3Error)) throw err;
+        return { trunk, packed: false, plan: err };
+      }
       const input = planInputFromCensus(cfg, ck ? ck.layout.census : cat!.census, budget.bytes, context, threads, chunk, t.slots, drafts);
       input.promptTokens = prompt;
       input.parallel = parallel;
@@ -156,7 +163,8 @@ export default defineCommand({
     const chosen = options.find((o) => o.trunk === choice.trunk)!;
     const plan = chosen.plan as MemoryPlan;
     const cost = chosen.cost;
-    const unpacked = (o: TrunkPlan) => (o.packed === false ? ` (not packed yet: k3 pack ${ck?.dir ?? "DIR"} --trunk ${o.trunk}${o.trunk === "exact" ? "; escapes not counted" : ""})` : "");
+    const unusable = (o: TrunkPlan) => o.plan instanceof K3Error && o.plan.code !== "BUDGET";
+    const unpacked = (o: TrunkPlan) => (o.packed === false && !unusable(o) ? ` (not packed yet: k3 pack ${ck?.dir ?? "DIR"} --trunk ${o.trunk}${o.trunk === "exact" ? "; escapes not counted" : ""})` : "");
     if (args.json) {
       const trunkChoice = asked === "auto" ? { chosen: choice.trunk, why: choice.why, options: options.map(optionSummary) } : undefined;
       process.stdout.write(`${JSON.stringify(snakeKeys({ model, budgetSource: budget.source, trunk: choice.trunk, ...(trunkChoice && { trunkChoice }), ...plan, ...(cost && { draftCost: cost }) }), null, 2)}\n`);
@@ -191,6 +199,6 @@ function optionSummary(o: TrunkPlan) {
 
 function renderOption(o: TrunkPlan): string {
   const s = optionSummary(o);
-  if (!s.fits) return `${o.trunk.padEnd(5)}  does not fit: ${s.error}`;
+  if (!s.fits) return `${o.trunk.padEnd(5)}  ${o.plan instanceof K3Error && o.plan.code === "BUDGET" ? "does not fit" : "not usable"}: ${s.error}`;
   return `${o.trunk.padEnd(5)}  ${s.pinnedPieces} of ${s.pieces} pieces pinned, trunk ${gib(s.streamedBytesPerToken!)} streamed per token, ${s.expertSlots} expert slots; ${gib(s.decodeBytesPerToken!)} read per decoded token (modeled)`;
 }
