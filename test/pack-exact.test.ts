@@ -7,11 +7,12 @@
 // ("auto") picks it exactly where it reads fewer bytes; every damaged, stale or foreign pack is
 // refused naming why, and `k3 verify` reads it in full.
 import { beforeAll, describe, expect, setDefaultTimeout, spyOn, test } from "bun:test";
-import { appendFileSync, cpSync, mkdirSync, openSync, readFileSync, statSync, truncateSync, utimesSync, writeSync, closeSync } from "node:fs";
+import { appendFileSync, cpSync, mkdirSync, openSync, readFileSync, statSync, truncateSync, utimesSync, writeFileSync, writeSync, closeSync } from "node:fs";
 import { join } from "node:path";
 import { unpackDemo } from "../src/cli/demo-pack.ts";
 import { Engine, packTrunk, verifyModel, type Drafter, type EngineOptions } from "../src/engine.ts";
 import { K3Error } from "../src/errors.ts";
+import { loadKernels } from "../src/kernels.ts";
 import { log } from "../src/log.ts";
 import { checkExactPack, readExactHeader } from "../tools/reference/exact-pack.ts";
 import { SafetensorsDir } from "../tools/reference/safetensors.ts";
@@ -222,39 +223,61 @@ describe("refused, never used", () => {
     expect(() => run(other, { trunk: "exact" })).toThrow(/packed from (another model|other shard bytes)/);
   });
 
-  test("an escape table out of range: the kernel refuses it and the engine names the matrix (no --verify needed); --verify names the block", () => {
+  /** Rewrites the pack's header with `name`'s recorded CRC-32C made to match its bytes as they are
+   *  now (and the header's own CRC): a forged pack, past every checksum, for the kernel's checks. */
+  const reseal = (path: string, name: string) => {
+    const file = readFileSync(path);
+    const hlen = Number(file.readBigUInt64LE(file.length - 24));
+    const header = JSON.parse(file.toString("utf8", file.length - 24 - hlen, file.length - 24));
+    const t = (header.tensors as { name: string; offset: number; bytes: number }[][]).flat().find((x) => x.name === name)!;
+    const k = loadKernels();
+    header.crcs[name] = k.k3_crc32c(0, file.subarray(t.offset, t.offset + t.bytes), t.bytes);
+    const body = Buffer.from(JSON.stringify(header));
+    const tail = Buffer.alloc(24);
+    tail.writeBigUInt64LE(BigInt(body.length), 0);
+    tail.writeUInt32LE(k.k3_crc32c(0, body, body.length), 8);
+    tail.write("K3PACK01", 16, "latin1");
+    writeFileSync(path, Buffer.concat([file.subarray(0, header.dataEnd), body, tail]));
+  };
+
+  test("an escape table out of range: refused by its checksum as it first lands (no --verify needed); forged past the checksum, the kernel refuses it and the engine names the matrix", () => {
     const { d, path } = copy("exact-escapes");
-    verifyModel(d, { record: true }); // --verify checks experts and embedding rows against these
     const all = readExactHeader(readFileSync(path)).tensors.flat();
     const m = all.find((t) => t.dtype === "BX4" && t.name.includes("layers.1.self_attn.q_proj"))!;
     const e = all.find((t) => t.name === `${m.name}#escapes`)!;
     const fd = openSync(path, "r+");
     writeSync(fd, Buffer.from(new Uint32Array([0xffffff]).buffer), 0, 4, e.offset + 4); // idx[1]: far past the entries
     closeSync(fd);
+    expect(() => run(d, { trunk: "exact", ram: "1G" })).toThrow(new RegExp(`${e.name.replace(/[.#]/g, "\\$&")}.*fails its checksum`));
+    reseal(path, e.name);
     expect(() => run(d, { trunk: "exact", ram: "1G" })).toThrow(new RegExp(`${m.name.replace(/\./g, "\\.")}: its escape table in the exact trunk pack is damaged`));
-    expect(() => run(d, { trunk: "exact", ram: "1G", verify: true })).toThrow(new RegExp(`${e.name.replace(/[.#]/g, "\\$&")}.*fails its checksum`));
   });
 
   test("k3 verify reads the pack in full: a flipped byte names its block; a shard edited with its mtime kept (the tie cannot see it) is caught against the shards", () => {
     const ok = verifyModel(escaped).packs;
     expect(ok.map((p) => p.format)).toEqual(["exact"]);
-    expect(ok[0]!.comparedMatrices).toBeGreaterThan(20);
+    const header = readExactHeader(readFileSync(join(escaped, "k3-trunk-exact.k3pack")));
+    expect(ok[0]!.packBytes).toBe(header.tensors.flat().reduce((a, t) => a + t.bytes, 0)); // every byte of the payload
+    const refusal = (dir: string) => {
+      try {
+        verifyModel(dir);
+      } catch (err) {
+        return err as K3Error;
+      }
+    };
     const a = copy("exact-verify-flip");
-    const m = readExactHeader(readFileSync(a.path)).tensors.flat().find((t) => t.dtype === "BX4" && t.name.includes("layers.2."))!;
+    const m = header.tensors.flat().find((t) => t.dtype === "BX4" && t.name.includes("layers.2."))!;
     flipByte(a.path, m.offset + 100);
-    let refused: K3Error | undefined;
-    try {
-      verifyModel(a.d);
-    } catch (err) {
-      refused = err as K3Error;
-    }
-    expect(refused?.message).toMatch(/block\(s\) of the exact trunk pack differ/);
-    expect(refused?.problems.join("\n")).toContain(m.name);
+    const flipped = refusal(a.d);
+    expect(flipped?.message).toMatch(/block\(s\) of the exact trunk differ from what was packed/);
+    expect(flipped?.problems.join("\n")).toMatch(new RegExp(`${m.name.replace(/\./g, "\\.")}.*the packed bytes fail their checksum`));
     const b = copy("exact-verify-shard");
     const st = SafetensorsDir.open(b.d).entry(m.name);
     flipByte(st.file, st.offset + 10); // keeps the mtime: the pack's tie still holds
     expect(run(b.d, { trunk: "exact" }).trunk).toBe("exact"); // nothing else could know
-    expect(() => verifyModel(b.d)).toThrow(/differ from its checksums or the shards/);
+    const edited = refusal(b.d);
+    expect(edited?.message).toMatch(/block\(s\) of the exact trunk differ from what was packed/);
+    expect(edited?.problems.join("\n")).toMatch(new RegExp(`${m.name.replace(/\./g, "\\.")}.*made from other bytes of .*the pack is stale`));
   });
 });
 
@@ -297,7 +320,7 @@ describe("as a user meets it", () => {
     expect(k3(["run", d, "--ids", "5,6,7", "--gen", "3", "--ram", floor], home).err).toContain("exact trunk");
     const v = k3(["verify", d], home);
     expect(v.err).not.toMatch(STACK_FRAME);
-    expect([v.code, v.out]).toEqual([0, expect.stringMatching(/exact trunk pack .*: \d+ blocks .* match its checksums; \d+ coded matrices and \d+ copied tensors equal the shards' bytes/)]);
+    expect([v.code, v.out]).toEqual([0, expect.stringMatching(/exact trunk .*: \d+ blocks match their checksums and the shard bytes they were packed from/)]);
     // a stale pack: plan and run (auto) still answer from the shards, naming it; asked for, refused
     const shard = join(d, "model-00003-of-000011.safetensors");
     const st = statSync(shard);
