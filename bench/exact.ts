@@ -28,7 +28,8 @@ import { machineInfo, type MachineInfo } from "./machine.ts";
 import { freezeKernels, isDisk, median, parseCommonArgs, ROOT, runArmChild, runDisk, updateDocSection, writeReport, type CommonArgs } from "./common.ts";
 import { floorBytes, planInputFromCensus } from "../src/memory/plan.ts";
 import { openCheckpoint } from "../src/checkpoint/catalogue.ts";
-import { trunkSlots } from "../src/memory/pack.ts";
+import { loadPack, trunkSlots } from "../src/memory/pack.ts";
+import { K3Error } from "../src/errors.ts";
 
 const PROMPT = [5, 17, 300, 42];
 const say = (s: string) => process.stderr.write(`[bench:exact] ${s}\n`);
@@ -81,13 +82,25 @@ interface Report {
   parts?: string[];
 }
 
+/** Whether the exact pack in `dir` opens (an older k3's or a stale one is made again). */
+function usablePack(dir: string): boolean {
+  try {
+    loadPack(openCheckpoint(dir), "exact");
+    return true;
+  } catch (err) {
+    if (!(err instanceof K3Error)) throw err;
+    say(`the exact pack in ${dir} is not usable (${err.message}): packing again`);
+    return false;
+  }
+}
+
 /** `<model>-exact/`: links to the model's files (not k3's own), plus the exact pack made from them. */
 function ensurePack(model: string): { dir: string; pack: ModelSetup["pack"] } {
   const dir = `${model.replace(/\/+$/, "")}-exact`;
   mkdirSync(dir, { recursive: true });
   for (const f of readdirSync(model)) if (!f.startsWith("k3-") && !existsSync(join(dir, f))) symlinkSync(join(model, f), join(dir, f));
   const meta = join(dir, "exact-pack.json");
-  if (existsSync(join(dir, "k3-trunk-exact.k3pack")) && existsSync(meta)) return { dir, pack: JSON.parse(readFileSync(meta, "utf8")) };
+  if (existsSync(join(dir, "k3-trunk-exact.k3pack")) && existsSync(meta) && usablePack(dir)) return { dir, pack: JSON.parse(readFileSync(meta, "utf8")) };
   say(`packing the exact trunk into ${dir} (reads the trunk once, decodes every block back)…`);
   const r = packTrunk(dir, "exact");
   Bun.write(meta, JSON.stringify({ fileBytes: r.fileBytes, sourceBytes: r.sourceBytes, coded: r.coded, ms: r.ms }));
