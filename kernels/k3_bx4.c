@@ -134,7 +134,7 @@ K3_API int32_t k3_matmul_bx4(const uint8_t* B, const uint32_t* eidx, const uint3
   bx_task t = { { B, eidx, ent, nent, X, Y, ldx, ldy, rows, cols, T, &bad },
                 isa == K3_ISA_AVX512 ? (batch ? X86(k3_bx4_batch_avx512) : X86(k3_bx4_avx512))
                 : isa == K3_ISA_AVX2 ? (batch ? X86(k3_bx4_batch_avx2) : X86(k3_bx4_avx2))
-                : isa == K3_ISA_NEON ? ARM(k3_bx4_neon) : bx4_scalar };
+                : isa == K3_ISA_NEON ? (batch ? ARM(k3_bx4_batch_neon) : ARM(k3_bx4_neon)) : bx4_scalar };
   k3_pool_run_if(bx_part, &t, (int64_t)rows * cols < SMALL_WEIGHTS);
   return atomic_load(&bad) ? K3_ERR_DATA : K3_OK;
 }

@@ -109,11 +109,12 @@ static inline void bx4_prefetch_tile(const mm_job* mj, int64_t r, int32_t k0, in
   }
 }
 
-/* Many tokens per call (T ≥ BATCH_MIN_T, x86): k3_matmul_bf16's batched loop nest
+/* Many tokens per call (T ≥ BATCH_MIN_T): k3_matmul_bf16's batched loop nest of the ISA
  * (k3_matmul_batch.c) with its weight tiles decoded from BX4 instead of widened from bf16 — the
  * same f32 values, so the same bits. */
 void k3_bx4_batch_avx2(const bx_job* j, int64_t r0, int64_t r1);
 void k3_bx4_batch_avx512(const bx_job* j, int64_t r0, int64_t r1);
+void k3_bx4_batch_neon(const bx_job* j, int64_t r0, int64_t r1);
 
 void k3_bx4_avx2(const bx_job* j, int64_t r0, int64_t r1);
 void k3_bx4_avx512(const bx_job* j, int64_t r0, int64_t r1);

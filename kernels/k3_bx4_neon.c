@@ -6,7 +6,9 @@
  * nibble positions 0, 2, … and 1, 3, …), one vqtbl1q puts them in column order, one more looks
  * the high bytes up in the row's table, zips with the low bytes give the bf16 words and widening
  * shifts by 16 the f32. A chunk holding an escape is decoded by bx4_decode_cols. Blocks as in
- * k3_matmul_neon.c. The speed was not measured on ARM hardware (docs/PORTS.md); only the bits. */
+ * k3_matmul_neon.c. From 8 tokens on, k3_matmul_bf16's batched NEON loop nest
+ * (k3_matmul_batch_neon.c) with its tiles decoded from BX4 (tile_neon). The speed was not
+ * measured on ARM hardware (docs/PORTS.md); only the bits. */
 #include "k3_bx4_internal.h"
 #if defined(__aarch64__)
 #include <arm_neon.h>
@@ -109,5 +111,37 @@ void k3_bx4_neon(const bx_job* j, int64_t r0, int64_t r1) {
     for (; t + 4 <= T; t += 4) bx_block(j, r, t, 1, 4);
     for (; t < T; t++) bx_block(j, r, t, 1, 1);
   }
+}
+
+/* ---------------------------------------------------------------- many tokens */
+/* As tile_avx512 (k3_bx4_avx512.c): whole chunks decoded in registers and stored, the escapes
+ * among them patched, a partial chunk (the tail columns) by bx4_decode_cols. */
+static void tile_neon(const mm_job* mj, int64_t r, int32_t k0, float* tile, int64_t ldt, int rows, int32_t n) {
+  const bx_job* j = mj->ctx;
+  const int32_t cols = j->cols;
+  const int64_t rb = bx4_row_bytes(cols), cb = bx4_code_bytes(cols);
+  const uint8x16_t perm = vld1q_u8(COLUMN_OF);
+  for (int i = 0; i < rows; i++) {
+    const uint8_t* row = j->B + (r + i) * rb;
+    const uint32_t *e, *end;
+    bx4_escapes(j, r + i, &e, &end);
+    bx4_skip_to(&e, end, k0);
+    float* out = tile + i * ldt - k0;
+    const uint8x16_t tab = vld1q_u8(row);
+    int32_t c = k0;
+    if (k0 % 16 == 0)
+      for (; c + 16 <= k0 + n; c += 16) {
+        float32x4_t w[4];
+        chunk16(w, row + BX4_TABLE, row + BX4_TABLE + cb, c, tab, perm);
+        UNROLL for (int q = 0; q < 4; q++) vst1q_f32(out + c + 4 * q, w[q]);
+      }
+    bx4_patch(row, cols, 0, c, &e, end, out);
+    if (c < k0 + n) bx4_decode_cols(row, cols, c, k0 + n - c, &e, end, out + c);
+  }
+}
+
+void k3_bx4_batch_neon(const bx_job* j, int64_t r0, int64_t r1) {
+  mm_job mj = { .W = j->B, .X = j->X, .Y = j->Y, .rows = j->rows, .cols = j->cols, .T = j->T, .isa = K3_ISA_NEON, .ldx = j->ldx, .ldy = j->ldy, .decode = tile_neon, .prefetch = bx4_prefetch_tile, .ctx = j };
+  k3_mm_bf16_batch_neon(&mj, r0, r1);
 }
 #endif

