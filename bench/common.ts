@@ -8,6 +8,15 @@ import type { ArmResult, ArmSpec } from "./stream.ts";
 import type { DiskResult } from "./disk.ts";
 
 export const ROOT = resolve(import.meta.dir, "..");
+
+/** Median of a list of numbers (NaN when empty). */
+export const median = (xs: number[]): number => {
+  if (!xs.length) return NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+};
+/** A disk measurement that ran (not its error). */
+export const isDisk = (d: DiskResult | { error: string }): d is DiskResult => !("error" in d);
 const BUN = process.execPath;
 
 export interface CommonArgs {

@@ -4,6 +4,7 @@
 //   bun run bench/run.ts [--quick] [--runs N] [--tokens N] [--model DIR] [--no-docs]
 //   bun run bench/run.ts --render bench/out/stream-….json [--no-docs]   (re-render a saved run)
 //   bun run bench/run.ts --speculation [...]   (the speculation arms: bench/speculate.ts)
+//   bun run bench/run.ts --exact [...]         (the exact trunk against bf16: bench/exact.ts)
 //
 //  1. Generates models/slice if missing (~40–60 s, 13.9 GB).
 //  2. Disk read bandwidth of the same shard files (O_DIRECT, parallel; bench/disk.ts), before
@@ -92,9 +93,10 @@ function render(path: string, docs: boolean): never {
 
 async function main() {
   // `npm run bench -- --speculation`: the speculation arms (bench/speculate.ts), not these;
-  // `npm run bench -- --trunk`: the small-budget and compact-trunk arms (bench/trunk.ts).
+  // `npm run bench -- --trunk`: the small-budget and compact-trunk arms (bench/trunk.ts);
+  // `npm run bench -- --exact`: the exact compact trunk against bf16 (bench/exact.ts);
   // `npm run bench -- --draft --demo|--slice`: the draft-model arms (bench/draft.ts).
-  for (const [flag, file] of [["--speculation", "bench/speculate.ts"], ["--trunk", "bench/trunk.ts"], ["--draft", "bench/draft.ts"]])
+  for (const [flag, file] of [["--speculation", "bench/speculate.ts"], ["--trunk", "bench/trunk.ts"], ["--exact", "bench/exact.ts"], ["--draft", "bench/draft.ts"]])
     if (process.argv.includes(flag)) {
       const p = Bun.spawn([BUN, join(ROOT, file), ...process.argv.slice(2)], { stdout: "inherit", stderr: "inherit", cwd: ROOT });
       process.exit(await p.exited);

@@ -31,6 +31,7 @@ enum {
   K3_ERR_IO = -3,       /* read failed; errno-derived detail via k3_io_* results */
   K3_ERR_SHORT = -4,    /* short read (file shorter than expected) */
   K3_ERR_NONFINITE = -5, /* an input that must be finite holds NaN or ±inf (k3_argmax) */
+  K3_ERR_DATA = -6,     /* coded weights out of their own bounds (a damaged BX4 escape table) */
 };
 
 /* ---- limits: the one place they are declared ----
@@ -131,6 +132,27 @@ K3_API int32_t k3_matmul_q8(const int8_t* q, const float* scales, const float* X
                             int32_t ldy, int32_t rows, int32_t cols, int32_t T);
 K3_API int32_t k3_matmul_q4(const uint8_t* q, const float* scales, const float* X, int32_t ldx, float* Y,
                             int32_t ldy, int32_t rows, int32_t cols, int32_t T);
+/* Exact compact trunk (issue 25; kernels/k3_bx4.c, format in k3_bx4_internal.h): BX4 codes a
+ * bf16 matrix in 12 bits per weight — per row a 16-entry table of high bytes (sign + exponent
+ * bits 7..1), a 4-bit index per weight, the low bytes raw — plus escapes for high bytes outside
+ * the table: eidx[r] .. eidx[r+1] index the entries (column << 8 | high byte) of row r in ent.
+ * Decoding is exact, so k3_matmul_bx4 is k3_matmul_bf16 on the decoded matrix, bit for bit (same
+ * order, every path). eidx has rows + 1 entries (absolute into ent[0 .. nent)); a row slice of a
+ * matrix passes its records and eidx + r0 with the whole ent. Strides and statuses as for the
+ * other matmuls, plus K3_ERR_DATA when an escape index leaves ent or an escape's column is out of
+ * order or range (the product is then garbage, never a read outside the buffers). */
+K3_API int32_t k3_matmul_bx4(const uint8_t* B, const uint32_t* eidx, const uint32_t* ent, int64_t nent,
+                             const float* X, int32_t ldx, float* Y, int32_t ldy, int32_t rows, int32_t cols,
+                             int32_t T);
+/* Encode rows × cols bf16 into BX4 records `out` (rows × (16 + 8·⌈cols/16⌉ + cols) bytes) and
+ * eidx[0 .. rows] (escape numbering starts at `base`); writes the first `cap` escapes to ent and
+ * returns how many there are (call again with a larger ent when that exceeds cap). K3_ERR_ARG
+ * for bad sizes (cols < 1 or ≥ 2^24) or more than 2^32 − 1 escapes in all. */
+K3_API int64_t k3_bx4_encode(const uint16_t* W, int32_t rows, int32_t cols, uint8_t* out, uint32_t* eidx,
+                             uint32_t* ent, int64_t cap, int64_t base);
+/* Decode BX4 back to bf16 [rows][cols]: K3_OK, K3_ERR_DATA for a bad escape table, K3_ERR_ARG. */
+K3_API int32_t k3_bx4_decode(const uint8_t* B, const uint32_t* eidx, const uint32_t* ent, int64_t nent,
+                             int32_t rows, int32_t cols, uint16_t* out);
 /* Quantise a bf16 matrix to Q8 (bits 8) or Q4 (bits 4): per group s = amax/127 (or /7) in f32,
  * q = nearest integer to w/s (ties to even), clamped to ±127 (±7); an all-zero group has s = 0.
  * Q: [rows][cols] or [rows][cols/2] bytes; scales [rows][cols/32]. K3_ERR_ARG for bad sizes,

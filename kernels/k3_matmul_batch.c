@@ -30,8 +30,10 @@ _Static_assert(RP <= 32, "MXFP4 NaN-group flags are a 32-bit mask over the panel
 
 /* tail columns [n16, cols) of row r, token x, added one by one in increasing c (k3.h) */
 static float dense_tail(const mm_job* j, int64_t r, const float* x, int32_t n16, float s, int bf16) {
+  float coded[16];
+  if (j->decode) j->decode(j, r, n16, coded, 16, 1, j->cols - n16);
   for (int32_t c = n16; c < j->cols; c++) {
-    float w = bf16 ? k3_bf16(((const uint16_t*)j->W)[r * j->cols + c]) : ((const float*)j->W)[r * j->cols + c];
+    float w = j->decode ? coded[c - n16] : bf16 ? k3_bf16(((const uint16_t*)j->W)[r * j->cols + c]) : ((const float*)j->W)[r * j->cols + c];
     float p = w * x[c];
     s += p;
   }
@@ -51,6 +53,10 @@ static void prefetch_next_tile(const mm_job* j, int kind, int64_t p, int rp, int
   if (k0 < 0) {
     p += rp, k0 = 0;
     rp = r1 - p < RP ? (int)(r1 - p) : RP;
+  }
+  if (j->decode) { /* coded rows: the decoder knows where their bytes are */
+    if (j->prefetch && rp > 0) j->prefetch(j, p, k0, rp);
+    return;
   }
   const int64_t esz2 = BYTES2[kind];
   const int64_t row = (int64_t)j->cols * esz2 / 2, off = (int64_t)k0 * esz2 / 2, len = (int64_t)KC * esz2 / 2;
@@ -102,6 +108,7 @@ static void batch(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* i
         const float* Wp = tile;
         int64_t ldw = KC;
         if (kind == F32) Wp = (const float*)j->W + p * cols + k0, ldw = cols;
+        else if (kind == BF16 && j->decode) j->decode(j, p, k0, tile, KC, rp, kc);
         else if (kind == BF16) isa->widen_bf16((const uint16_t*)j->W + p * cols + k0, cols, tile, rp, kc);
         else grouped_tile(j, kind, isa, p, rp, k0, kc, tile, sc, nan);
         prefetch_next_tile(j, kind, p, rp, k0 + KC < n ? k0 + KC : -1, r1);

@@ -9,7 +9,7 @@
 #define K3_MATMUL_INTERNAL_H
 #include "k3_internal.h"
 
-typedef struct {
+typedef struct mm_job_s {
   const void* W;          /* bf16 / f32 [rows][cols], or MXFP4 packed [rows][cols/2] */
   const uint8_t* S;       /* MXFP4 scales [rows][cols/32] */
   const float* X;         /* row t at X + t·ldx (cols floats) */
@@ -17,6 +17,13 @@ typedef struct {
   int32_t rows, cols, T, isa;
   int64_t ldx, ldy;       /* row strides in floats: ldx ≥ cols, ldy ≥ rows (k3.h) */
   const float* Sf;        /* Q8 / Q4 scales [rows][cols/32] (kernels/k3_matmul_q.c) */
+  /* Coded bf16 weights (the exact trunk's BX4, k3_bx4.c): the batched bf16 loop nest fills its
+   * tiles (and the tail columns) through this instead of widening W, with the same f32 values;
+   * rows × n weights from row r, column k0, at tile + i·ldt. NULL for plain bf16. */
+  void (*decode)(const struct mm_job_s* j, int64_t r, int32_t k0, float* tile, int64_t ldt, int rows, int32_t n);
+  /* … and asks L2 for the coded bytes of rows × KC columns from (r, k0): the next tile's. */
+  void (*prefetch)(const struct mm_job_s* j, int64_t r, int32_t k0, int rows);
+  const void* ctx;        /* the decoder's own job */
 } mm_job;
 
 /* The argument check every k3_matmul_* entry point makes before any work (k3.h): K3_OK, or

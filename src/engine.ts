@@ -19,7 +19,7 @@ import type { BatchStats } from "./batch/scheduler.ts";
 import { PrefixCache, type PrefixCacheStats } from "./batch/prefix-cache.ts";
 import type { PolicyName } from "./memory/policy/index.ts";
 import type { PieceOptions } from "./memory/pieces.ts";
-import { writePack, type PackedTrunk, type PackResult, type TrunkFormat } from "./memory/pack.ts";
+import { PACK_FORMATS, writePack, type PackedTrunk, type PackFormat, type PackResult, type TrunkFormat } from "./memory/pack.ts";
 import { shardStamps } from "./checkpoint/stamps.ts";
 import type { DeviceOf } from "./memory/devices.ts";
 import { verifyCheckpoint, type VerifyResult } from "./memory/verify.ts";
@@ -47,7 +47,7 @@ export type { DeviceStats, WeightStats } from "./model/weights.ts";
 export type { BatchStats, StepRecord } from "./batch/scheduler.ts";
 export type { PrefixCacheStats } from "./batch/prefix-cache.ts";
 export type { VerifyResult } from "./memory/verify.ts";
-export { TRUNK_FORMATS, type PackResult, type TrunkFormat } from "./memory/pack.ts";
+export { PACK_FORMATS, TRUNK_FORMATS, type PackFormat, type PackResult, type TrunkFormat } from "./memory/pack.ts";
 // The text layer is part of the public API: the CLI and the server use it through here.
 export { Tokenizer } from "./text/tokenizer.ts";
 export { CLOSE_THINK_OPEN_RESPONSE, renderChat, segmentsToIds, SERVED_DEFAULT_THINKING_EFFORT, VALID_THINKING_EFFORTS, type ChatInput, type ChatMessage, type Segment } from "./text/chat.ts";
@@ -120,9 +120,11 @@ export interface EngineOptions {
    *  `blockBytes` (default 32 MiB; other values only for tests: the checksums of `--verify` and of a
    *  packed trunk are on the default's grid, so neither applies to them). */
   trunkPieces?: PieceOptions;
-  /** Trunk weights: "bf16" (default: the release's, exact) or a compact trunk made by `k3 pack`
-   *  ("int8", "int4": lossy, docs/TRUNK.md). Experts and embedding rows are exact either way. */
-  trunk?: TrunkFormat;
+  /** Trunk weights: "auto" (default: the exact pack where one exists and reads fewer bytes at the
+   *  budget, else the release's bf16 from the shards — the same bits either way), "bf16", "exact"
+   *  (`k3 pack --trunk exact`: the release's values coded in 12 bits plus escapes), or a lossy
+   *  compact trunk ("int8", "int4", docs/TRUNK.md). Experts and embedding rows are exact always. */
+  trunk?: TrunkFormat | "auto";
   /** ISA override: "auto" or one of ISA_NAMES. */
   isa?: keyof typeof ISA;
   /**
@@ -572,7 +574,8 @@ export class Engine {
 /**
  * `k3 verify`: every shard against its header; `record` reads everything and records a CRC-32C
  * per trunk unit, routed expert and embedding row; without it, what was recorded (if anything)
- * is read again and compared (src/memory/verify.ts).
+ * is read again and compared (src/memory/verify.ts). Every packed trunk of the model is read in
+ * full against its own checksums and those of the shard rows it came from.
  */
 export function verifyModel(dir: string, opts: { record?: boolean; onProgress?: (done: number, total: number) => void } = {}): VerifyResult {
   return verifyCheckpoint(loadKernels(), openCheckpoint(dir), opts);
@@ -589,11 +592,12 @@ export function packDraft(dir: string, format: "int8" | "int4", onProgress?: (do
 }
 
 /**
- * `k3 pack`: write a compact trunk for `dir` (int8 or int4 matrices in groups of 32, everything
- * else copied exactly) next to the model, or in k3's cache folder when that folder cannot take it
- * or is a Hugging Face download (src/memory/pack.ts). Opt-in: engines use it only with `trunk`.
+ * `k3 pack`: write a packed trunk for `dir` next to the model, or in k3's cache folder when that
+ * folder cannot take it or is a Hugging Face download (src/memory/pack.ts): "exact" (the same
+ * model, its matrices coded in 12 bits plus escapes; engines choose it by default where it reads
+ * fewer bytes), or the lossy "int8"/"int4" (matrices in groups of 32; used only with `trunk`).
  */
-export function packTrunk(dir: string, format: Exclude<TrunkFormat, "bf16">, onProgress?: (doneBytes: number, totalBytes: number) => void): PackResult {
-  if (format !== "int8" && format !== "int4") throw new K3Error("USAGE", `--trunk must be int8 or int4 to pack, got ${JSON.stringify(format)}`);
+export function packTrunk(dir: string, format: PackFormat, onProgress?: (doneBytes: number, totalBytes: number) => void): PackResult {
+  if (!PACK_FORMATS.includes(format)) throw new K3Error("USAGE", `--trunk must be ${PACK_FORMATS.join(", ")} to pack, got ${JSON.stringify(format)}`);
   return writePack(loadKernels(), openCheckpointCached(dir), format, onProgress);
 }

@@ -5,9 +5,9 @@ export { describeCheckpoint, describeMetadata, renderInfo } from "./checkpoint/d
 export { catalogueFromMetadata, openCheckpoint } from "./checkpoint/catalogue.ts";
 export { openCheckpointCached } from "./checkpoint/index-cache.ts";
 export { computeCensus } from "./checkpoint/census.ts";
-export { contextFor, DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, defaultParallel, defaultPrefixCacheBytes, planInputFromCensus, planMemory, REFERENCE_PROMPT, type MemoryPlan, type PlanInput, type StreamSlots } from "./memory/plan.ts";
+export { chooseTrunk, contextFor, decodeBytesPerToken, DEFAULT_CONTEXT, DEFAULT_PREFILL_CHUNK, defaultParallel, defaultPrefixCacheBytes, planInputFromCensus, planMemory, REFERENCE_PROMPT, type MemoryPlan, type PlanInput, type StreamSlots } from "./memory/plan.ts";
 export { metadataSlots, streamSlots } from "./memory/slots.ts";
-export { draftCost, draftInFormat, placeDraft, prepareDraft, type DraftCost } from "./memory/draft-plan.ts";
+export { draftCost, draftInFormat, placeDraft, prepareDraft, type DraftCost, type DraftSetup } from "./memory/draft-plan.ts";
 export { DRAFT_FORMATS, draftFormatsAvailable, type DraftFormat } from "./memory/draft-pack.ts";
 export { LM_MODEL_PREFIX } from "./checkpoint/shapes.ts";
 export type { TensorEntry } from "./checkpoint/types.ts";

@@ -51,6 +51,11 @@ export const symbols = {
   k3_matmul_q4: { args: [ptr, ptr, ptr, i32, ptr, i32, i32, i32, i32], returns: i32 },
   k3_quantize_bf16: { args: [ptr, i32, i32, i32, ptr, ptr], returns: i32 }, // K3_OK / K3_ERR_ARG / K3_ERR_NONFINITE
   k3_quant_error: { args: [ptr, i32, i32, i32, ptr, ptr, ptr], returns: v }, // (W, rows, cols, bits, Q, scales, double out[3])
+  // exact compact trunk (kernels/k3_bx4.c): (B, eidx, ent, nent, X, ldx, Y, ldy, rows, cols, T) → status;
+  // encoder (W, rows, cols, out, eidx, ent, cap, base) → escapes (or < 0); decoder (B, eidx, ent, nent, rows, cols, out) → status
+  k3_matmul_bx4: { args: [ptr, ptr, ptr, i64, ptr, i32, ptr, i32, i32, i32, i32], returns: i32 },
+  k3_bx4_encode: { args: [ptr, i32, i32, ptr, ptr, ptr, i64, i64], returns: i64_fast },
+  k3_bx4_decode: { args: [ptr, ptr, ptr, i64, i32, i32, ptr], returns: i32 },
 
   // elementwise
   k3_bf16_to_f32: { args: [ptr, ptr, i64], returns: v },
@@ -131,7 +136,7 @@ export const IO_TIMED_OUT = -2;
 export const ISA = { auto: -1, scalar: 0, avx2: 1, avx512: 2, neon: 3 } as const;
 
 /** Status codes kernels return (kernels/k3.h). */
-export const K3_STATUS = { ok: 0, arg: -1, nomem: -2, io: -3, short: -4, nonfinite: -5 } as const;
+export const K3_STATUS = { ok: 0, arg: -1, nomem: -2, io: -3, short: -4, nonfinite: -5, data: -6 } as const;
 
 export type Kernels = ReturnType<typeof dlopen<typeof symbols>>["symbols"];
 
@@ -162,7 +167,7 @@ export function kernelLimits(k: Kernels = loadKernels()): KernelLimits {
 }
 
 /** The library ABI these bindings are written for (k3_version, kernels/k3_version.c). */
-export const KERNELS_ABI = 5;
+export const KERNELS_ABI = 6;
 
 let loaded: Kernels | undefined;
 

@@ -83,7 +83,7 @@ export function statsJson(s: GenerationStats) {
     drafters: Object.fromEntries(Object.entries(s.drafters).map(([name, c]) => [name, { drafted_tokens: c.draftedTokens, accepted_tokens: c.acceptedTokens, verify_passes: c.verifyPasses, tokens_per_verify_pass: tokensPerPass(c) }])),
     draft: draftJson(s.draft), // the engine's draft model (--draft), null without one
     peak_rss_bytes: s.peakRssBytes,
-    trunk: s.trunk, // "bf16" (the release's, exact) or "int8" / "int4" (a packed trunk: lossy)
+    trunk: s.trunk, // "bf16" (the release's, from the shards), "exact" (packed, the same bits) or "int8" / "int4" (packed, lossy)
   };
 }
 
@@ -170,7 +170,7 @@ export function statsLine(s: GenerationStats, pool: ComputeThreads, finishReason
     s.io.verifyMs > 0 ? `verify ${(s.io.verifyMs / 1000).toFixed(2)} s` : "",
     `peak RSS ${formatBytes(s.peakRssBytes)}`,
     threadsWords(pool),
-    s.trunk === "bf16" ? "" : `${s.trunk} trunk (lossy)`,
+    s.trunk === "bf16" ? "" : s.trunk === "exact" ? "exact trunk (packed, same bits)" : `${s.trunk} trunk (lossy)`,
     finishWords(finishReason),
   ]
     .filter(Boolean)

@@ -53,7 +53,7 @@ beforeAll(async () => {
 
 describe(`linux-arm64 under qemu-aarch64${SKIP}`, () => {
   test.skipIf(!!MISSING)(`kernel bit tests pass on arm64, NEON path included${SKIP}`, () => {
-    const files = ["kernels-matmul-bits", "kernels-strided", "kernels-libm-bits", "kernels-determinism", "kernels-q", "kernels-draft", "crc"].map((f) => `test/${f}.test.ts`);
+    const files = ["kernels-matmul-bits", "kernels-strided", "kernels-libm-bits", "kernels-determinism", "kernels-q", "kernels-draft", "kernels-bx4", "crc"].map((f) => `test/${f}.test.ts`);
     // Emulated and on a shared machine a test can take ~10× its native time: bun's own 5 s
     // per-test limit is not a property of these tests (no timing is asserted).
     const r = arm64(["test", "--timeout", "300000", ...files], { asBun: true });
@@ -62,6 +62,7 @@ describe(`linux-arm64 under qemu-aarch64${SKIP}`, () => {
     expect(r.err).toContain("(pass) matmul bits equal the pre-optimisation implementation > ISA neon, threads 1, 2, 3: every case hashes to the saved bits");
     expect(r.err).toContain("(pass) matmul bits across ISA paths and thread counts > NEON path present on this CPU");
     expect(r.err).toContain("(pass) exp / expf / tanhf kernels");
+    expect(r.err).toContain("(pass) k3_matmul_bx4 = k3_matmul_bf16 on the decoded matrix, bit for bit > ISA NEON"); // the exact trunk's NEON path
     // the strided / row-sliced calls on the NEON path (allIsas there: scalar, NEON)
     expect(r.err).toContain("(pass) strided matmuls: one call per row slice gives the whole product's bits > q4");
     expect(r.err).toContain("(pass) k3_rope_interleaved > golden bits"); // the draft's own sin/cos: the same bits there

@@ -128,7 +128,7 @@ describe("refused, never used", () => {
     const d = scratchDir("pack-none");
     cpSync(dir, d, { recursive: true, preserveTimestamps: true, filter: (src) => !src.endsWith(".k3pack") });
     expect(() => run(d, { trunk: "int8" })).toThrow(/no int8 trunk packed .* k3 pack .* --trunk int8/s);
-    expect(() => run(d, { trunk: "int8", resident: true })).toThrow(/--resident reads the release's exact trunk/);
+    expect(() => run(d, { trunk: "int8", resident: true })).toThrow(/--resident reads the release's bf16 trunk from the shards/);
   });
 
   test("a shard changed since packing (same size, new bytes): refused, naming the shard", () => {

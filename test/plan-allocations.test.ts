@@ -110,10 +110,12 @@ describe("k3 plan DIR prints the plan Engine.open follows", () => {
       const ram = String(streamingBudget(dir, { context: 256, ringSlots: 2 }));
       const p = Bun.spawnSync([process.execPath, "src/cli/main.ts", "plan", dir, "--ram", ram, "--context", "256", "--threads", "1", "--json"], { env: { ...process.env, NO_COLOR: "1" } });
       expect(p.exitCode).toBe(0);
-      const printed = JSON.parse(p.stdout.toString());
+      // (the default trunk is auto: the plan printed is the chosen trunk's, with both side by side)
+      const { trunk_choice: choice, ...printed } = JSON.parse(p.stdout.toString());
       const e = Engine.open(dir, { ram, context: 256, threads: 1 });
       try {
         expect({ broken, plan: printed }).toEqual({ broken, plan: snakeKeys({ model: dir, budgetSource: `--ram ${ram}`, trunk: e.trunk, ...e.plan! }) });
+        expect([choice.chosen, choice.options.map((o: { trunk: string }) => o.trunk)]).toEqual([e.trunk, ["bf16", "exact"]]);
       } finally {
         e.close();
       }

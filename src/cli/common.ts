@@ -24,7 +24,7 @@ export const CHOICES: Record<string, readonly string[]> = {
   policy: POLICY_NAMES,
   preset: [...Object.keys(PRESETS), "auto"],
   effort: ["low", "high", "max", "none"],
-  trunk: TRUNK_FORMATS,
+  trunk: ["auto", ...TRUNK_FORMATS],
   draftFormat: ["auto", "bf16", "int8", "int4"],
 };
 
@@ -49,7 +49,7 @@ export const engineArgs = {
   trace: { type: "string", valueHint: "FILE", description: "write per-token expert routing (JSONL) to FILE" },
   "allow-over-ram": { type: "boolean", description: "open even when --ram / --preset is more than this machine's usable RAM (it may swap)" },
   speculate: { type: "string", valueHint: "MODE", description: "speculative decoding: auto (default) | off | N drafts per pass (same output; fewer passes over the weights where text repeats)" },
-  trunk: { type: "string", valueHint: "FORMAT", description: `trunk weights: ${TRUNK_FORMATS.join(" | ")} (default bf16, exact; int8/int4 are lossy, made by \`k3 pack\`)` },
+  trunk: { type: "string", valueHint: "FORMAT", description: `trunk weights: auto | ${TRUNK_FORMATS.join(" | ")} (default auto: the exact pack from \`k3 pack --trunk exact\` where it reads fewer bytes, else bf16 — the same bits; int8/int4 are lossy)` },
   "n-gpu-layers": { type: "string", alias: ["ngl", "gpu-layers"], valueHint: "N", description: "llama.cpp's GPU layers (-ngl 99): accepted and ignored, k3 runs on the CPU" },
   mirror: { type: "string", valueHint: "DIR", description: "a folder with copies of some or all shards on another drive (repeatable; checked to be the same bytes): reads go to the copy that finishes first (docs/DRIVES.md)" },
   draft: { type: "string", valueHint: "DIR|none", description: "a draft model (a released K3 EAGLE-3 draft folder) whose drafts speculation may verify; none: no draft (same output either way)" },
@@ -148,7 +148,7 @@ export function engineOptions(args: EngineArgs, rawArgs: string[] = []): EngineO
     trace: args.trace === undefined ? undefined : (checkWritableFile(args.trace, "--trace"), args.trace),
     allowOverRam: args["allow-over-ram"] ?? false,
     speculate: parseSpeculate(args.speculate ?? "auto", "--speculate"),
-    trunk: oneOf(args.trunk, "--trunk", "trunk", "bf16") as EngineOptions["trunk"],
+    trunk: oneOf(args.trunk, "--trunk", "trunk", "auto") as EngineOptions["trunk"],
     mirrors: repeatedValues(rawArgs, "--mirror"),
     draft: args.draft,
     draftFormat: oneOf(args["draft-format"], "--draft-format", "draftFormat", "auto") as EngineOptions["draftFormat"],

@@ -3,9 +3,10 @@
 // streamed weights it then loads. Every refusal here comes before a byte of weights is read.
 import type { Checkpoint } from "../checkpoint/catalogue.ts";
 import { K3Error } from "../errors.ts";
+import { log } from "../log.ts";
 import type { Kernels } from "../kernels.ts";
-import { loadPack, TRUNK_FORMATS, type PackedTrunk, type TrunkFormat } from "../memory/pack.ts";
-import { contextFor, DEFAULT_PARALLEL_CAP, defaultParallel, defaultPrefixCacheBytes, planInputFromCensus, planMemory, residentChunk, sessionStateBytes, type MemoryPlan } from "../memory/plan.ts";
+import { findPack, loadPack, TRUNK_FORMATS, type PackedTrunk, type TrunkFormat } from "../memory/pack.ts";
+import { chooseTrunk, contextFor, DEFAULT_PARALLEL_CAP, defaultParallel, defaultPrefixCacheBytes, planInputFromCensus, planMemory, residentChunk, sessionStateBytes, type MemoryPlan } from "../memory/plan.ts";
 import { gib, resolveBudget, usableRam } from "../memory/ram.ts";
 import { streamSlots } from "../memory/slots.ts";
 import { StreamingWeights } from "../memory/stream.ts";
@@ -31,6 +32,8 @@ export interface EngineSizing {
   prefixRam: number;
   trunk: TrunkFormat;
   pack: PackedTrunk | undefined;
+  /** Why this trunk answers (the default's choice: docs/TRUNK.md "The exact trunk"). */
+  trunkWhy: string;
   /** The memory plan the streamed weights follow; undefined with `resident`. */
   plan: MemoryPlan | undefined;
   /** Checked copies of shards in the `mirrors` folders (none without). */
@@ -53,20 +56,53 @@ export function sizeEngine(k: Kernels, checkpoint: Checkpoint, opts: EngineOptio
   const parallel = opts.parallel === "auto" ? DEFAULT_PARALLEL_CAP : (opts.parallel ?? 1);
   const ramOpt = opts.prefixCache?.ramBytes ?? (opts.prefixCache ? "auto" : 0);
   const prefixRam = typeof ramOpt === "number" ? ramOpt : parallel * sessionStateBytes(cfg, context);
-  const trunk = opts.trunk ?? "bf16";
-  if (!TRUNK_FORMATS.includes(trunk)) throw new K3Error("USAGE", `--trunk must be one of ${TRUNK_FORMATS.join(", ")}, got ${JSON.stringify(trunk)}`);
-  if (opts.resident && trunk !== "bf16") throw new K3Error("USAGE", "--resident reads the release's exact trunk; a packed trunk (--trunk) is read through the planner (give a budget that fits it all instead)");
+  const asked = opts.trunk ?? "auto";
+  if (asked !== "auto" && !TRUNK_FORMATS.includes(asked)) throw new K3Error("USAGE", `--trunk must be one of ${TRUNK_FORMATS.join(", ")} (or auto), got ${JSON.stringify(asked)}`);
+  if (opts.resident && asked !== "bf16" && asked !== "auto") throw new K3Error("USAGE", "--resident reads the release's bf16 trunk from the shards; a packed trunk (--trunk) is read through the planner (give a budget that fits it all instead)");
+  const trunk = asked === "auto" ? "bf16" : asked;
   const pack = trunk === "bf16" ? undefined : loadPack(checkpoint, trunk);
   if (opts.resident && opts.mirrors?.length) throw new K3Error("USAGE", "--mirror is for streamed reads; --resident reads every weight once from the model folder");
   // Every copy is checked (size, header, mtime) before the plan: a differing one is refused now.
   const mirrors = opts.mirrors?.length ? findMirrorCopies(checkpoint, opts.mirrors) : undefined;
   const draft = wantsDraft(opts.draft) ? draftFor(k, checkpoint, opts.draft, context, speculate) : undefined;
-  const sizing: EngineSizing = { context, chunk, speculate, drafts, parallel, prefixRam, trunk, pack, plan: undefined, mirrors, draft };
+  const trunkWhy = asked === "auto" ? (opts.resident ? "auto: --resident reads the shards" : "auto: no exact pack") : "asked for";
+  const sizing: EngineSizing = { context, chunk, speculate, drafts, parallel, prefixRam, trunk, pack, trunkWhy, plan: undefined, mirrors, draft };
   const forced = opts.draftFormat === undefined || opts.draftFormat === "auto" ? undefined : opts.draftFormat;
   if (opts.resident) return { ...sizing, draft: draft && draftInFormat(draft, forced ?? "bf16") };
-  if (!draft) return planSizing(checkpoint, opts, threads, sizing, ramOpt === "auto");
-  const formats = forced ? [forced] : draftFormatsAvailable(draft.checkpoint);
-  return placeDraft(formats, (f) => planSizing(checkpoint, opts, threads, { ...sizing, draft: draftInFormat(draft, f) }, ramOpt === "auto"), (s) => s.plan!);
+  // The plan for one trunk: with a draft, in the draft format whose plan reads the fewest bytes.
+  const formats = draft && (forced ? [forced] : draftFormatsAvailable(draft.checkpoint));
+  const place = (x: EngineSizing): EngineSizing =>
+    !draft || !formats ? planSizing(checkpoint, opts, threads, x, ramOpt === "auto") : placeDraft(formats, (f) => planSizing(checkpoint, opts, threads, { ...x, draft: draftInFormat(draft, f) }, ramOpt === "auto"), (y) => y.plan!);
+  return asked === "auto" ? autoTrunk(checkpoint, sizing, place) : place(sizing);
+}
+
+/**
+ * The default trunk (chooseTrunk): the exact pack (`k3 pack --trunk exact`: the same model, its
+ * matrices in 12 bits plus escapes) when one exists and reads fewer bytes at this budget, else the
+ * bf16 trunk from the shards. A pack that exists but cannot be used (stale, damaged) is named in a
+ * warning and the shards answer: nobody asked for it, and the bits are the same either way.
+ */
+function autoTrunk(checkpoint: Checkpoint, s: EngineSizing, place: (x: EngineSizing) => EngineSizing): EngineSizing {
+  let pack: PackedTrunk | undefined;
+  try {
+    pack = findPack(checkpoint, "exact");
+  } catch (err) {
+    if (!(err instanceof K3Error)) throw err;
+    log.warn(`not using the exact trunk pack: ${err.message} — the bf16 trunk from the shards answers (the same bits)`);
+  }
+  const plan = (x: EngineSizing): EngineSizing | K3Error => {
+    try {
+      return place(x);
+    } catch (err) {
+      if (err instanceof K3Error && err.code === "BUDGET") return err;
+      throw err;
+    }
+  };
+  const bf16 = plan(s);
+  const exact = pack && plan({ ...s, trunk: "exact", pack });
+  const planOf = (x: EngineSizing | K3Error | undefined) => (x === undefined || x instanceof K3Error ? x : x.plan!);
+  const { trunk, why } = chooseTrunk(planOf(bf16)!, planOf(exact));
+  return { ...((trunk === "exact" ? exact : bf16) as EngineSizing), trunkWhy: `auto: ${why}` };
 }
 
 /** The plan under the budget, and the sizes it settles: parallel "auto", the prefix cache's

@@ -1,56 +1,67 @@
-// The compact trunk (issue 16): opt-in, never the default. `k3 pack DIR --trunk int8|int4` writes
-// a side file with the trunk's matrices group-quantised (kernels/k3_matmul_q.c: integers in groups
-// of 32 columns, one f32 scale each) and every other trunk tensor copied exactly; `--trunk` on
-// run/chat/serve/bench reads the trunk from it. Routed experts (the released MXFP4) and embedding
-// rows still come from the shards, exact. Lossy: docs/TRUNK.md has the measured error.
+// Packed trunks: side files `k3 pack DIR --trunk FORMAT` writes and `--trunk FORMAT` on
+// run/chat/serve/bench reads the trunk from. Routed experts (the released MXFP4) and embedding rows
+// still come from the shards, exact. Two kinds:
+//  - int8 / int4 (issue 16): opt-in and lossy (docs/TRUNK.md has the measured error): the trunk's
+//    matrices group-quantised (kernels/k3_matmul_q.c: integers in groups of 32 columns, one f32
+//    scale each), every other trunk tensor copied exactly;
+//  - exact (issue 25, pack-exact.ts): the same model bit for bit, its matrices coded as BX4
+//    (kernels/k3_bx4.c: 12 bits per weight plus escapes); engines choose it by default where it
+//    reads fewer bytes (plan.ts chooseTrunk).
 //
-// The file: "K3PACK01" | data (from byte 4096: unit by unit, each unit's core tensors by name,
-// then its matrices in forward order, each matrix's q then its scales, no padding, so a piece of
-// consecutive matrices is one read) | header JSON | u64 LE header length | u32 LE CRC-32C of the
-// header | 4 zero bytes | "K3PACK01".
+// The file: "K3PACK01" | data (from byte 4096: unit by unit; int8/int4: each unit's core tensors
+// by name, then its matrices in forward order, each matrix's q then its scales; exact: the unit's
+// matrices first, then its core with the escape tables; no padding, so a piece of consecutive
+// matrices is one read) | header JSON | u64 LE header length | u32 LE CRC-32C of the header |
+// 4 zero bytes | "K3PACK01".
 // The header ties the file to the exact shard bytes it came from (each shard's stamp, as
 // `k3 verify --record` records it: src/checkpoint/stamps.ts; a changed shard makes the pack stale,
 // refused) and holds, per trunk block (pieces.ts's grid), two CRC-32Cs: of the block as packed
 // (checked when the block first lands in an engine, and at every landing with `--verify`) and of
 // the exact source rows it was made from (`k3 verify` reads them again from the shards: a shard
 // edited with its mtime put back, which the stamp cannot see, makes the pack stale there).
-// Nothing here is specific to int8/int4: a side file holding trunk weights in another format
-// (issue 25's exact compact trunk) gets the same checks by writing the same two tables.
+// Nothing here is specific to int8/int4: the exact pack writes the same two tables (its escape
+// tables, which are made from no single source block, carry the first only).
 //
 // Where: `k3-trunk-int4.k3pack` next to the model when that folder can take it, else (read-only
 // folder, a Hugging Face download k3 must not write into) k3's cache folder ($XDG_CACHE_HOME/k3/
 // packs/). Written to a temp file and renamed: never a partial pack.
-import { closeSync, existsSync, openSync, readSync } from "node:fs";
+import { closeSync, existsSync, readSync } from "node:fs";
 import { basename, join } from "node:path";
-import { toArrayBuffer } from "bun:ffi";
 import { cachePath, ensureCacheDir } from "../cache-dir.ts";
 import type { Checkpoint } from "../checkpoint/catalogue.ts";
 import type { ModelConfig } from "../checkpoint/types.ts";
 import { K3Error } from "../errors.ts";
 import { openRegularFile, writableDir, writeAll, writeFileAtomic } from "../files.ts";
 import { K3_STATUS, loadKernels, type Kernels } from "../kernels.ts";
-import { CBuffers, type Addr } from "../model/cmem.ts";
+import type { Addr } from "../model/cmem.ts";
 import { unitWalk } from "../model/walk.ts";
-import { DEFAULT_BLOCK_BYTES, blocksOf, type Part, type PieceOptions, type TrunkBlock, type TrunkTensor } from "./pieces.ts";
+import { DEFAULT_BLOCK_BYTES, type Part, type PieceOptions, type TrunkBlock, type TrunkTensor } from "./pieces.ts";
+import { escapeCounts, escapesName, exactLayout, writeExactData, type ExactData } from "./pack-exact.ts";
+import { walkPackBlocks } from "./pack-io.ts";
 import type { StreamSlots } from "./plan.ts";
 import { metadataSlots, specTrunkTensors, streamSlots } from "./slots.ts";
 import { trunkUnitEntries } from "./units.ts";
 import { shardStamps, staleReason } from "../checkpoint/stamps.ts";
 
-export type TrunkFormat = "bf16" | "int8" | "int4";
-export const TRUNK_FORMATS: readonly TrunkFormat[] = ["bf16", "int8", "int4"];
+export type TrunkFormat = "bf16" | "int8" | "int4" | "exact";
+export const TRUNK_FORMATS: readonly TrunkFormat[] = ["bf16", "int8", "int4", "exact"];
+/** A trunk read from a pack file: lossy int8/int4, or the exact BX4 coding of the release's bf16. */
+export type PackFormat = Exclude<TrunkFormat, "bf16">;
+export const PACK_FORMATS: readonly PackFormat[] = ["int8", "int4", "exact"];
 const MAGIC = "K3PACK01";
 /** -2: per-block CRC-32Cs of the source rows too (-1: of the packed bytes only). */
 const FORMAT = "k3-pack-2";
 const DATA_START = 4096;
-/** Group size of the packed formats (k3.h). */
+/** Group size of the quantised formats (k3.h). */
 const GROUP = 32;
+/** The exact format's matrix coding (kernels/k3.h). */
+const CODING = "BX4";
 /** Bytes after the header: its length, its CRC-32C, padding, the magic again. */
 const TAIL = 24;
 
 export interface PackedTrunk {
   path: string;
-  format: Exclude<TrunkFormat, "bf16">;
+  format: PackFormat;
   /** Every trunk tensor per unit, where it lives in the pack. */
   tensors: TrunkTensor[][];
   fileBytes: number;
@@ -63,8 +74,8 @@ export interface PackedTrunk {
   contentHash: string;
 }
 
-/** The bits of a packed format. */
-const bitsOf = (f: Exclude<TrunkFormat, "bf16">): 8 | 4 => (f === "int8" ? 8 : 4);
+/** The bits of a quantised format. */
+const bitsOf = (f: "int8" | "int4"): 8 | 4 => (f === "int8" ? 8 : 4);
 
 /** Each unit's matrices that a pack stores quantised: the walk's packable bf16 matrices whose
  *  columns are whole groups (every K3 matrix; some of a tiny test model's are not). */
@@ -88,7 +99,8 @@ function unitOrder(cfg: ModelConfig, u: number, list: TrunkTensor[]): TrunkTenso
  * config's specs for a plan without shards): quantised matrices become Q8/Q4 with their scales
  * after their data, everything else keeps its dtype and bytes. Offsets from DATA_START, packed.
  */
-export function packLayout(cfg: ModelConfig, exact: TrunkTensor[][], format: Exclude<TrunkFormat, "bf16">, file = ""): { tensors: TrunkTensor[][]; dataEnd: number } {
+export function packLayout(cfg: ModelConfig, exact: TrunkTensor[][], format: PackFormat, file = "", escapes: ReadonlyMap<string, number> = new Map()): { tensors: TrunkTensor[][]; dataEnd: number } {
+  if (format === "exact") return exactLayout(cfg, exact, DATA_START, file, escapes); // BX4: pack-exact.ts
   const bits = bitsOf(format);
   let off = DATA_START;
   const tensors = exact.map((list, u) => {
@@ -127,14 +139,17 @@ function candidatePaths(ckpt: Checkpoint, format: TrunkFormat): string[] {
 
 export interface PackResult {
   path: string;
-  format: Exclude<TrunkFormat, "bf16">;
+  format: PackFormat;
   fileBytes: number;
   sourceBytes: number; // exact trunk bytes read
   packedMatrices: number;
   exactTensors: number;
   /** Weight error of the quantised matrices: √(Σ(w − q·s)² / Σw²) over all of them, and the
-   *  worst single row's. */
+   *  worst single row's (0 for the exact trunk). */
   weightError: { rms: number; worstRow: number };
+  /** The exact trunk's coding: matrices and weights coded, their bytes (rows + escape tables) per
+   *  weight, the escapes among them; every block was decoded back and compared with the shards. */
+  coded?: { matrices: number; weights: number; bytesPerWeight: number; escapes: number };
   ms: number;
 }
 
@@ -142,19 +157,20 @@ export interface PackResult {
  * `k3 pack`: read the exact trunk once, write the pack (temp file, then rename). Next to the model
  * when its folder is writable and not a download, else k3's cache folder.
  */
-export function writePack(k: Kernels, ckpt: Checkpoint, format: Exclude<TrunkFormat, "bf16">, onProgress?: (doneBytes: number, totalBytes: number) => void): PackResult {
+export function writePack(k: Kernels, ckpt: Checkpoint, format: PackFormat, onProgress?: (doneBytes: number, totalBytes: number) => void): PackResult {
   const t0 = performance.now();
   const exact = trunkUnitEntries(ckpt).map((list) => list.map((e): TrunkTensor => ({ name: e.name, file: e.file, offset: e.offset, bytes: e.bytes, dtype: e.dtype, shape: e.shape })));
-  const { tensors, dataEnd } = packLayout(ckpt.config, exact, format);
   const local = join(ckpt.dir, fileName(format));
   const path = !ckpt.download && writableDir(ckpt.dir) ? local : join(ensureCacheDir("packs"), basename(cachedPackPath(ckpt, format)));
   const totalBytes = exact.flat().reduce((a, t) => a + t.bytes, 0);
+  const progress = (done: number) => onProgress?.(done, totalBytes);
   let data: PackedData | undefined;
   // A temp file renamed into place: a full disk leaves no partial pack; a directory, FIFO or
   // device at the pack's path is refused naming that path.
   writeFileAtomic(path, "the packed trunk", "IO", (out) => {
     writeAll(out, Buffer.from(MAGIC.padEnd(DATA_START, "\0")), 0);
-    data = writePackData(k, ckpt.config, exact, tensors, format, out, (done) => onProgress?.(done, totalBytes));
+    data = format === "exact" ? exactData(writeExactData(k, ckpt.config, exact, DATA_START, out, progress)) : writePackData(k, ckpt.config, exact, packLayout(ckpt.config, exact, format), format, out, progress);
+    const { tensors, dataEnd } = data;
     const header = packHeader(ckpt, format, tensors, dataEnd, data.crcs, data.sources);
     const tail = Buffer.alloc(TAIL);
     tail.writeBigUInt64LE(BigInt(header.byteLength), 0);
@@ -163,74 +179,43 @@ export function writePack(k: Kernels, ckpt: Checkpoint, format: Exclude<TrunkFor
     writeAll(out, header, dataEnd);
     writeAll(out, tail, dataEnd + header.byteLength);
   });
-  const { packedMatrices, err } = data!;
-  return { path, format, fileBytes: Bun.file(path).size, sourceBytes: totalBytes, packedMatrices, exactTensors: tensors.flat().length - packedMatrices, weightError: { rms: Math.sqrt(err[0]! / err[1]!), worstRow: Math.sqrt(err[2]!) }, ms: performance.now() - t0 };
+  const { packedMatrices, err, coded, tensors } = data!;
+  const weightError = coded ? { rms: 0, worstRow: 0 } : { rms: Math.sqrt(err[0]! / err[1]!), worstRow: Math.sqrt(err[2]!) };
+  return { path, format, fileBytes: Bun.file(path).size, sourceBytes: totalBytes, packedMatrices, exactTensors: tensors.flat().length - packedMatrices, weightError, coded, ms: performance.now() - t0 };
+}
+
+/** What the exact writer reports, as the pack's result needs it (a coded matrix is two tensors:
+ *  its rows and its escape table). */
+function exactData(d: ExactData): PackedData {
+  return { ...d, packedMatrices: 2 * d.codedMatrices, err: new Float64Array(3), coded: { matrices: d.codedMatrices, weights: d.codedWeights, bytesPerWeight: d.codedBytes / d.codedWeights, escapes: d.escapes } };
 }
 
 interface PackedData {
+  /** The layout written. */
+  tensors: TrunkTensor[][];
+  dataEnd: number;
   /** CRC-32C of every block as written (pieces.ts's grid), by block key. */
   crcs: Record<string, number>;
   /** CRC-32C of the exact source rows of every block, by block key. */
   sources: Record<string, number>;
+  /** Tensors not copied as they are: quantised matrices (int8/int4); BX4 matrices and their escape tables (exact). */
   packedMatrices: number;
   /** k3_quant_error's running sums over every quantised block: Σ(w − q·s)², Σw², the worst row's ratio. */
   err: Float64Array;
-}
-
-/** One block of a pack's grid: the packed tensor, its exact source, and the block. */
-interface PackBlock {
-  t: TrunkTensor;
-  b: TrunkBlock;
-  /** Where its exact rows are in the shards. */
-  src: { file: string; offset: number; bytes: number };
-}
-
-/**
- * Every block of the pack layout `tensors` (pieces.ts's grid: the checksum unit the engine checks)
- * with the shard bytes it is made from, and two buffers big enough for any block's source and
- * packed bytes: what writing a pack and verifying one both walk. `each` gets the source rows
- * read into `src` (ptr, view); a short read is an IO error naming the tensor.
- */
-function walkPackBlocks(k: Kernels, cfg: ModelConfig, exact: TrunkTensor[][], tensors: TrunkTensor[][], each: (blk: PackBlock, src: { ptr: Addr; view: Uint8Array }, dst: Addr, view: (ptr: number, bytes: number) => Uint8Array) => void): void {
-  const source = new Map(exact.flat().map((t) => [t.name, t]));
-  const sliceable = new Set(exact.flatMap((_, u) => unitWalk(cfg, u).filter((m) => m.sliceable).map((m) => m.suffix)));
-  const blocks: PackBlock[] = tensors.flat().flatMap((t) => {
-    const s = source.get(t.name)!;
-    const rowSrc = s.bytes / (t.shape[0] ?? 1);
-    return blocksOf(t, sliceable.has(t.name), DEFAULT_BLOCK_BYTES).map((b) => ({ t, b, src: { file: s.file, offset: s.offset + b.r0 * rowSrc, bytes: (b.r1 - b.r0) * rowSrc } }));
-  });
-  const mem = new CBuffers(k);
-  const fds = new Map<string, number>();
-  const fd = (f: string) => {
-    let d = fds.get(f);
-    if (d === undefined) fds.set(f, (d = openSync(f, "r")));
-    return d;
-  };
-  try {
-    const src = mem.alloc(Math.max(64, ...blocks.map((x) => x.src.bytes)), "pack source rows");
-    const dst = mem.alloc(Math.max(64, ...blocks.map((x) => x.b.parts.reduce((a, p) => a + p.bytes, 0))), "pack output rows");
-    const view = (ptr: number, bytes: number) => new Uint8Array(toArrayBuffer(ptr as any, 0, bytes));
-    for (const blk of blocks) {
-      const v = view(src.ptr, blk.src.bytes);
-      const got = readSync(fd(blk.src.file), v, 0, blk.src.bytes, blk.src.offset);
-      if (got !== blk.src.bytes) throw new K3Error("IO", `${blk.src.file}: short read of ${blk.t.name} at offset ${blk.src.offset} (${got} of ${blk.src.bytes} bytes)`);
-      each(blk, { ptr: src.ptr, view: v }, dst.ptr, view);
-    }
-  } finally {
-    for (const d of fds.values()) closeSync(d);
-    mem.free();
-  }
+  coded?: PackResult["coded"];
 }
 
 /** The data section: every trunk tensor of `exact` read block by block from the shards, copied
  *  exactly or quantised, and written where `tensors` (its pack layout) puts it in `out`. */
-function writePackData(k: Kernels, cfg: ModelConfig, exact: TrunkTensor[][], tensors: TrunkTensor[][], format: Exclude<TrunkFormat, "bf16">, out: number, onProgress: (doneBytes: number) => void): PackedData {
+function writePackData(k: Kernels, cfg: ModelConfig, exact: TrunkTensor[][], layout: { tensors: TrunkTensor[][]; dataEnd: number }, format: "int8" | "int4", out: number, onProgress: (doneBytes: number) => void): PackedData {
+  const { tensors } = layout;
   const bits = bitsOf(format);
   const crcs: Record<string, number> = {};
   const sources: Record<string, number> = {};
   let doneBytes = 0;
   const err = new Float64Array(3);
   walkPackBlocks(k, cfg, exact, tensors, ({ t, b, src: from }, src, dst, view) => {
+    if (!from || !src) throw new K3Error("INTERNAL", `${t.name}: no source tensor in the trunk`);
     sources[b.key] = k.k3_crc32c(0, src.ptr, from.bytes);
     if (!t.scales) {
       // Copied exactly (cores, MLA's kv_b, matrices whose columns are not whole groups).
@@ -250,12 +235,12 @@ function writePackData(k: Kernels, cfg: ModelConfig, exact: TrunkTensor[][], ten
     doneBytes += from.bytes;
     onProgress(doneBytes);
   });
-  return { crcs, sources, packedMatrices: tensors.flat().filter((t) => t.scales).length, err };
+  return { ...layout, crcs, sources, packedMatrices: tensors.flat().filter((t) => t.scales).length, err };
 }
 
 export interface PackCheck {
   path: string;
-  format: Exclude<TrunkFormat, "bf16">;
+  format: PackFormat;
   blocks: number;
   /** Bytes read: the pack's payload and the exact rows it was made from. */
   packBytes: number;
@@ -269,7 +254,7 @@ export interface PackCheck {
  * and compared with theirs (a shard edited with its mtime put back: the pack is stale there).
  * Throws K3Error VERIFY listing each block that differs (at most `maxListed`, the rest counted).
  */
-export function verifyPack(k: Kernels, ckpt: Checkpoint, format: Exclude<TrunkFormat, "bf16">, maxListed: number, onProgress?: (doneBytes: number, totalBytes: number) => void): PackCheck {
+export function verifyPack(k: Kernels, ckpt: Checkpoint, format: PackFormat, maxListed: number, onProgress?: (doneBytes: number, totalBytes: number) => void): PackCheck {
   const t0 = performance.now();
   const pack = loadPack(ckpt, format);
   const exact = trunkUnitEntries(ckpt).map((list) => list.map((e): TrunkTensor => ({ name: e.name, file: e.file, offset: e.offset, bytes: e.bytes, dtype: e.dtype, shape: e.shape })));
@@ -284,8 +269,9 @@ export function verifyPack(k: Kernels, ckpt: Checkpoint, format: Exclude<TrunkFo
   try {
     walkPackBlocks(k, ckpt.config, exact, pack.tensors, ({ b, src: from }, src, dst, view) => {
       blocks++;
-      const source = k.k3_crc32c(0, src.ptr, from.bytes);
-      if (source !== pack.sourceCrc(b.key)) bad.push(`${where(b)}: made from other bytes of ${basename(from.file)} (they read ${hex(source)} now, ${hex(pack.sourceCrc(b.key))} when packed): the pack is stale`);
+      // (the exact pack's escape tables are made from no one block of the shards: payload only)
+      const source = from && src ? k.k3_crc32c(0, src.ptr, from.bytes) : undefined;
+      if (from && source !== pack.sourceCrc(b.key)) bad.push(`${where(b)}: made from other bytes of ${basename(from.file)} (they read ${hex(source)} now, ${hex(pack.sourceCrc(b.key))} when packed): the pack is stale`);
       let off = 0;
       for (const part of b.parts) {
         const got = readSync(out, view((dst as number) + off, part.bytes), 0, part.bytes, part.offset);
@@ -295,7 +281,7 @@ export function verifyPack(k: Kernels, ckpt: Checkpoint, format: Exclude<TrunkFo
       const crc = k.k3_crc32c(0, dst, off);
       if (crc !== pack.blockCrc(b.key)) bad.push(`${where(b)}: the packed bytes fail their checksum (read ${hex(crc)}, recorded ${hex(pack.blockCrc(b.key))})`);
       packBytes += off;
-      sourceBytes += from.bytes;
+      sourceBytes += from?.bytes ?? 0;
       onProgress?.(sourceBytes, total);
     });
   } finally {
@@ -311,17 +297,17 @@ export function verifyPack(k: Kernels, ckpt: Checkpoint, format: Exclude<TrunkFo
 }
 
 /** The formats packed for this checkpoint (a pack file exists where loadPack looks). */
-export function packedFormats(ckpt: Checkpoint): Exclude<TrunkFormat, "bf16">[] {
-  return TRUNK_FORMATS.filter((f): f is Exclude<TrunkFormat, "bf16"> => f !== "bf16" && candidatePaths(ckpt, f).some((p) => existsSync(p)));
+export function packedFormats(ckpt: Checkpoint): PackFormat[] {
+  return TRUNK_FORMATS.filter((f): f is PackFormat => f !== "bf16" && candidatePaths(ckpt, f).some((p) => existsSync(p)));
 }
 
 /** The header JSON: the format, the model and shard bytes it was made from, the layout, the block CRCs. */
-function packHeader(ckpt: Checkpoint, format: Exclude<TrunkFormat, "bf16">, tensors: TrunkTensor[][], dataEnd: number, crcs: Record<string, number>, sources: Record<string, number>): Buffer {
+function packHeader(ckpt: Checkpoint, format: PackFormat, tensors: TrunkTensor[][], dataEnd: number, crcs: Record<string, number>, sources: Record<string, number>): Buffer {
   return Buffer.from(
     JSON.stringify({
       format: FORMAT,
       trunk: format,
-      group: GROUP,
+      ...(format === "exact" ? { coding: CODING } : { group: GROUP }),
       blockBytes: DEFAULT_BLOCK_BYTES,
       model: ckpt.dir,
       fingerprint: fingerprint(ckpt),
@@ -339,10 +325,17 @@ function packHeader(ckpt: Checkpoint, format: Exclude<TrunkFormat, "bf16">, tens
  * the shard bytes it was made from (any shard changed since: refused), every trunk tensor once,
  * inside the data section. K3Error CHECKPOINT naming the file and what is wrong; USAGE when none.
  */
-export function loadPack(ckpt: Checkpoint, format: Exclude<TrunkFormat, "bf16">): PackedTrunk {
-  const path = candidatePaths(ckpt, format).find((p) => existsSync(p));
-  if (!path)
+export function loadPack(ckpt: Checkpoint, format: PackFormat): PackedTrunk {
+  const pack = findPack(ckpt, format);
+  if (!pack)
     throw new K3Error("USAGE", `no ${format} trunk packed for ${ckpt.dir}`, [`make one first: k3 pack ${ckpt.dir} --trunk ${format} (it reads the trunk once; the experts stay exact)`]);
+  return pack;
+}
+
+/** The pack of `format` if one exists (undefined: none), validated as loadPack says. */
+export function findPack(ckpt: Checkpoint, format: PackFormat): PackedTrunk | undefined {
+  const path = candidatePaths(ckpt, format).find((p) => existsSync(p));
+  if (!path) return undefined;
   const again = `make it again: k3 pack ${ckpt.dir} --trunk ${format}`;
   const bad = (why: string): never => {
     throw new K3Error("CHECKPOINT", `${path}: ${why}`, [again]);
@@ -378,7 +371,8 @@ export function loadPack(ckpt: Checkpoint, format: Exclude<TrunkFormat, "bf16">)
   }
   if (body?.format === "k3-pack-1") bad(`made by an older k3 (k3-pack-1: no checksums of the shard bytes it came from, which \`k3 verify\` needs)`);
   if (body?.format !== FORMAT) bad(`format ${JSON.stringify(body?.format)}, this k3 reads ${FORMAT}`);
-  if (body.trunk !== format || body.group !== GROUP) bad(`holds a ${body.trunk} trunk in groups of ${body.group}, asked for ${format} in groups of ${GROUP}`);
+  if (body.trunk !== format) bad(`holds a ${body.trunk} trunk, asked for ${format}`);
+  if (format === "exact" ? body.coding !== CODING : body.group !== GROUP) bad(format === "exact" ? `codes its matrices as ${body.coding}, this k3 reads ${CODING}` : `holds groups of ${body.group}, this k3 reads groups of ${GROUP}`);
   if (body.fingerprint !== fingerprint(ckpt)) bad(`packed from another model (config or tensors differ from ${ckpt.dir})`);
   const stale = staleReason(body.shards, shardStamps(ckpt), "the trunk was packed");
   if (stale) bad(`packed from other shard bytes (${stale})`);
@@ -386,7 +380,8 @@ export function loadPack(ckpt: Checkpoint, format: Exclude<TrunkFormat, "bf16">)
   if (dataEnd + hlen + TAIL !== fileBytes) bad(`${fileBytes} bytes, the header describes ${dataEnd + hlen + TAIL} (bytes added or cut)`);
   // Every trunk tensor exactly once, where the layout rule puts it (a pack that names other
   // offsets or formats is not one this k3 wrote).
-  const want = packLayout(ckpt.config, trunkUnitEntries(ckpt).map((l) => l.map((e): TrunkTensor => ({ name: e.name, file: e.file, offset: e.offset, bytes: e.bytes, dtype: e.dtype, shape: e.shape }))), format, path);
+  const exact = trunkUnitEntries(ckpt).map((l) => l.map((e): TrunkTensor => ({ name: e.name, file: e.file, offset: e.offset, bytes: e.bytes, dtype: e.dtype, shape: e.shape })));
+  const want = packLayout(ckpt.config, exact, format, path, format === "exact" ? headerEscapes(body.tensors, bad) : undefined);
   if (want.dataEnd !== dataEnd) bad(`data section ends at ${dataEnd}, expected ${want.dataEnd}`);
   const got = JSON.stringify(body.tensors);
   const expect = JSON.stringify(want.tensors.map((list) => list.map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, offset: t.offset, bytes: t.bytes, scales: t.scales }))));
@@ -396,6 +391,15 @@ export function loadPack(ckpt: Checkpoint, format: Exclude<TrunkFormat, "bf16">)
   const num = (table: Record<string, unknown>, key: string) => (typeof table[key] === "number" ? (table[key] as number) : undefined);
   const contentHash = Bun.hash(JSON.stringify(crcs)).toString(16).padStart(16, "0");
   return { path, format, tensors: want.tensors, fileBytes, blockCrc: (key) => num(crcs, key), sourceCrc: (key) => num(sources, key), contentHash };
+}
+
+/** The exact pack's escape counts as its header gives them (each a whole number ≥ 0; the layout
+ *  they imply is then compared with the header's, offset by offset). */
+function headerEscapes(tensors: unknown, bad: (why: string) => never): Map<string, number> {
+  if (!Array.isArray(tensors) || !tensors.every((l) => Array.isArray(l) && l.every((t) => t && typeof t.name === "string" && Array.isArray(t.shape)))) bad("its tensor table is not a list of tensors per unit");
+  const counts = escapeCounts((tensors as { name: string; shape: number[] }[][]).flat());
+  for (const [name, n] of counts) if (!Number.isSafeInteger(n) || n < 0) bad(`${escapesName(name)} holds ${n} escapes`);
+  return counts;
 }
 
 /**

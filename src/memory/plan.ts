@@ -341,14 +341,14 @@ type FixedPlan = Omit<MemoryPlan, "chunkChoice">;
 function chunkCosts(input: PlanInput, plan: FixedPlan, chunk: number, prompt: number): ChunkCandidate {
   const { cfg } = input;
   const N = cfg.numExperts, K = cfg.topK;
-  const miss = plan.expertSlots >= plan.expertCount ? 0 : 1 - plan.expertSlots / plan.expertCount;
+  const miss = expertMiss(plan);
   const expertRead = moeLayerCount(cfg) * input.expertBytes * miss;
   let prefill = 0;
   for (let done = 0; done < prompt; done += chunk) {
     const c = Math.min(chunk, prompt - done);
     prefill += plan.streamedBytesPerToken + expertRead * N * (1 - (1 - K / N) ** c);
   }
-  const decode = plan.streamedBytesPerToken + expertRead * K;
+  const decode = decodeBytesPerToken(plan);
   return {
     chunk,
     scratchBytes: plan.items.find((i) => i.name === "scratch")!.bytes,
@@ -357,6 +357,34 @@ function chunkCosts(input: PlanInput, plan: FixedPlan, chunk: number, prompt: nu
     sessionBytes: prefill + REFERENCE_GENERATION * decode,
     rowsPerExpertCall: (chunk * K) / N,
   };
+}
+
+/** The modeled miss rate of the expert cache: uniform routing, a cache holding a fraction f of
+ *  every expert hits with probability f (0 when it holds them all). */
+const expertMiss = (plan: Pick<MemoryPlan, "expertSlots" | "expertCount">): number => (plan.expertSlots >= plan.expertCount ? 0 : 1 - plan.expertSlots / plan.expertCount);
+
+/** Modeled disk bytes one decoded token reads under a plan: the streamed trunk, then its top-k
+ *  experts per MoE layer that miss the cache (chunkCosts). What the default trunk is chosen by. */
+export function decodeBytesPerToken(plan: Pick<MemoryPlan, "expertSlots" | "expertCount" | "streamedBytesPerToken" | "expertBytesPerTokenAllMiss">): number {
+  return plan.streamedBytesPerToken + plan.expertBytesPerTokenAllMiss * expertMiss(plan);
+}
+
+/**
+ * The default trunk (docs/TRUNK.md "The exact trunk"): the exact pack — the same bits — where one
+ * exists and its plan reads fewer modeled disk bytes per decoded token than the bf16 trunk's at
+ * this budget (more of it pinned, more room for experts); else the bf16 trunk. A plan that does not
+ * fit is its BUDGET error: when neither fits, the bf16 one is thrown.
+ */
+export function chooseTrunk(bf16: MemoryPlan | K3Error, exact: MemoryPlan | K3Error | undefined): { trunk: "bf16" | "exact"; why: string } {
+  if (bf16 instanceof K3Error && (!exact || exact instanceof K3Error)) throw bf16;
+  if (!exact) return { trunk: "bf16", why: "no exact pack" };
+  if (exact instanceof K3Error) return { trunk: "bf16", why: "the exact pack's plan does not fit the budget" };
+  if (bf16 instanceof K3Error) return { trunk: "exact", why: "only the exact pack's plan fits the budget" };
+  const [x, b] = [decodeBytesPerToken(exact), decodeBytesPerToken(bf16)];
+  const gb = (n: number) => `${(n / 1e9).toFixed(2)} GB`;
+  return x < b
+    ? { trunk: "exact", why: `the exact pack reads ${gb(x)} per decoded token, the bf16 trunk ${gb(b)}` }
+    : { trunk: "bf16", why: `the exact pack reads no fewer bytes per decoded token (${gb(x)} vs ${gb(b)})` };
 }
 
 /** Candidate chunk sizes: 32, 64, … up to MAX_PREFILL_CHUNK, the prompt and the context. */

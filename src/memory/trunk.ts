@@ -9,7 +9,8 @@
 import { LM_MODEL_PREFIX } from "../checkpoint/shapes.ts";
 import { K3Error } from "../errors.ts";
 import { at, type CBuffers } from "../model/cmem.ts";
-import type { LayerRef, MatrixSlice, TensorRef } from "../model/weights.ts";
+import type { EscapeTable, LayerRef, MatrixSlice, TensorRef } from "../model/weights.ts";
+import { escapesName } from "./pack-exact.ts";
 import { describePiece, type MatrixSegment, type TrunkLayout } from "./pieces.ts";
 import type { ReadPlan } from "./readplan.ts";
 import type { ShardReader } from "./reader.ts";
@@ -117,12 +118,18 @@ export class StreamedTrunk {
     return { r0: seg.r0, r1: seg.r1, ptr: at(base, offsets.get(b0.parts[0]!.key)!), scales: scalesKey === undefined ? undefined : at(base, offsets.get(scalesKey)!) };
   }
 
-  /** A matrix by full name: whole (one piece), or in row slices fetched one after another. */
-  private matrix(name: string, segs: MatrixSegment[]): TensorRef {
+  /** A matrix by full name: whole (one piece), or in row slices fetched one after another. A BX4
+   *  matrix carries its escape table, which lives in the unit's core (held for the whole unit). */
+  private matrix(name: string, segs: MatrixSegment[], u: number, coreBase: number): TensorRef {
     const t = this.layout.tensors.get(name)!;
+    let escapes: EscapeTable | undefined;
+    if (t.dtype === "BX4") {
+      const e = this.coreTensor(u, coreBase, escapesName(name));
+      escapes = { ptr: e.ptr, rows: t.shape[0]!, count: e.shape[0]! - t.shape[0]! - 1 };
+    }
     if (segs.length === 1) {
       const s = this.sliceAt(segs[0]!, this.useMatrixPiece(segs[0]!.piece));
-      return { name, ptr: s.ptr, scales: s.scales, dtype: t.dtype, shape: t.shape, bytes: t.bytes };
+      return { name, ptr: s.ptr, scales: s.scales, escapes, dtype: t.dtype, shape: t.shape, bytes: t.bytes };
     }
     return {
       name,
@@ -132,9 +139,19 @@ export class StreamedTrunk {
       dtype: t.dtype,
       shape: t.shape,
       bytes: t.bytes,
+      escapes,
       rowSlices: segs.map((s) => ({ r0: s.r0, r1: s.r1 })),
-      slice: (i: number) => this.sliceAt(segs[i]!, this.useMatrixPiece(segs[i]!.piece)),
+      slice: (i: number) => ({ ...this.sliceAt(segs[i]!, this.useMatrixPiece(segs[i]!.piece)), escapes }),
     };
+  }
+
+  /** A core tensor of unit u at the core's base. */
+  private coreTensor(u: number, coreBase: number, name: string): TensorRef {
+    const core = this.layout.coreOf[u]!;
+    const off = this.plans[core]!.offsets.get(name);
+    const t = this.layout.tensors.get(name);
+    if (off === undefined || !t) throw new K3Error("CHECKPOINT", `tensor ${name} is not part of ${describePiece(this.layout, core, this.N)}`);
+    return { name, ptr: at(coreBase, off), dtype: t.dtype, shape: t.shape, bytes: t.bytes };
   }
 
   /** Tensor `name` of unit u: a core tensor at the core's base, or a matrix (acquired; not
@@ -143,13 +160,9 @@ export class StreamedTrunk {
     const segs = this.layout.matrices.get(name);
     if (segs) {
       if (peeked) throw new K3Error("INTERNAL", `${name}: a matrix asked of a layer that was only peeked at`);
-      return this.matrix(name, segs);
+      return this.matrix(name, segs, u, coreBase);
     }
-    const core = this.layout.coreOf[u]!;
-    const off = this.plans[core]!.offsets.get(name);
-    const t = this.layout.tensors.get(name);
-    if (off === undefined || !t) throw new K3Error("CHECKPOINT", `tensor ${name} is not part of ${describePiece(this.layout, core, this.N)}`);
-    return { name, ptr: at(coreBase, off), dtype: t.dtype, shape: t.shape, bytes: t.bytes };
+    return this.coreTensor(u, coreBase, name);
   }
 
   private ref(L: number, coreBase: number, peeked = false): LayerRef {

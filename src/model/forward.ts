@@ -28,7 +28,7 @@ import type { ModelConfig } from "../checkpoint/types.ts";
 import { kernelLimits, K3_STATUS, type Kernels } from "../kernels.ts";
 import { allocForwardBuffers, bankSlots, passShape, type ForwardBuffers } from "./buffers.ts";
 import { at, CBuffers, type Addr, type CBuf } from "./cmem.ts";
-import { checkShape, matmulRows, matmulStatus } from "./matmul.ts";
+import { checkShape, matmulBx4, matmulRows, matmulStatus } from "./matmul.ts";
 import { RECORD, Rollback } from "./rollback.ts";
 import type { SessionState } from "./state.ts";
 import type { LayerRef, TensorRef, WeightProvider } from "./weights.ts";
@@ -442,7 +442,7 @@ export class Model {
   }
 
   /**
-   * Y[T][rows] = W·X[T][cols] for a trunk matrix, whatever its format (bf16, or a packed int8/int4
+   * Y[T][rows] = W·X[T][cols] for a trunk matrix, whatever its format (bf16, the exact pack's BX4, or a packed int8/int4
    * trunk) and however the provider holds it (whole, or row slices streamed in turn:
    * src/memory/pieces.ts). Every row is computed alone in the kernels' fixed order, so slices give
    * the same bits as the whole: a slice [r0, r1) is one call for all T tokens, writing its columns
@@ -450,6 +450,7 @@ export class Model {
    */
   private mm(W: TensorRef, X: Addr, Y: Addr, rows: number, cols: number, T: number): void {
     checkShape(W, rows, cols, "the forward pass");
+    if (W.dtype === "BX4") return matmulBx4(this.k, W, X, Y, rows, cols, T);
     if (!W.rowSlices) return matmulRows(this.k, W, W.ptr, W.scales, X, Y, rows, rows, T);
     W.rowSlices.forEach((_, i) => {
       const s = W.slice!(i);

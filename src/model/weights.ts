@@ -5,16 +5,25 @@
 import type { DType } from "../checkpoint/types.ts";
 import type { Addr } from "./cmem.ts";
 
-/** Weight formats: as released, or a compact trunk packed by `k3 pack` (int8 / int4 in groups of
- *  32 columns with an f32 scale each: kernels/k3_matmul_q.c). */
-export type WeightDType = DType | "Q8" | "Q4";
+/** Weight formats: as released, or a compact trunk packed by `k3 pack`: int8 / int4 in groups of
+ *  32 columns with an f32 scale each (kernels/k3_matmul_q.c, lossy), or BX4, the release's bf16
+ *  coded exactly in 12 bits plus escapes (kernels/k3_bx4.c), whose escape tables are BX4E. */
+export type WeightDType = DType | "Q8" | "Q4" | "BX4" | "BX4E";
 
-/** Rows [r0, r1) of a matrix in memory (Q8/Q4: with their scales). */
+/** A BX4 matrix's escape table in memory (kernels/k3.h): [rows + 1] u32 index, then `count` entries. */
+export interface EscapeTable {
+  ptr: Addr;
+  rows: number;
+  count: number;
+}
+
+/** Rows [r0, r1) of a matrix in memory (Q8/Q4: with their scales; BX4: with the matrix's escape table). */
 export interface MatrixSlice {
   r0: number;
   r1: number;
   ptr: Addr;
   scales?: Addr;
+  escapes?: EscapeTable;
 }
 
 /** A tensor in C memory: raw address, dtype and shape as in the checkpoint (or the pack file). */
@@ -27,6 +36,8 @@ export interface TensorRef {
   bytes: number;
   /** Q8/Q4: the f32 group scales [rows][cols/32]. */
   scales?: Addr;
+  /** BX4: the escape table (in the layer's core). */
+  escapes?: EscapeTable;
   /**
    * Set when the provider streams this matrix in row slices (a matrix larger than one trunk piece,
    * src/memory/pieces.ts): `ptr` is then unusable, and slice(i) brings slice i into memory (valid

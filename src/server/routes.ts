@@ -16,7 +16,8 @@ export interface Route {
   public?: boolean;
 }
 
-// `trunk`: which trunk weights answer ("bf16": the release's, exact; "int8"/"int4": packed, lossy);
+// `trunk`: which trunk weights answer ("bf16": the release's, from the shards; "exact": packed,
+// the same bits; "int8"/"int4": packed, lossy).
 // `draft`: the draft model speculation may verify (--draft; null without one; never changes output).
 // `k3`: what a client (the chat page) can offer its user: whether this is the demo model, the
 // defaults a request gets, and the speculation a request may choose (docs/SERVER.md).

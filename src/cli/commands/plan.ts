@@ -5,7 +5,7 @@
 // threads and exact read-plan buffer sizes); from metadata the release's layout is assumed.
 import { K3Error } from "../../errors.ts";
 import { formatRanges } from "../../format.ts";
-import { catalogueFromMetadata, HEDGE_BUFFERS, draftCost, type DraftCost, DRAFT_FORMATS, draftFormatsAvailable, draftInFormat, LM_MODEL_PREFIX, placeDraft, prepareDraft, type DraftFormat, type TensorEntry, contextFor, DEFAULT_CONTEXT, defaultPrefixCacheBytes, gib, openCheckpointCached, parseSize, planInputFromCensus, planMemory, PRESETS, REFERENCE_PROMPT, resolveBudget, metadataTrunkSlots, trunkSlots, TRUNK_FORMATS, type TrunkFormat, type MemoryPlan } from "../../inspect.ts";
+import { catalogueFromMetadata, chooseTrunk, decodeBytesPerToken, HEDGE_BUFFERS, draftCost, type DraftCost, DRAFT_FORMATS, draftFormatsAvailable, draftInFormat, LM_MODEL_PREFIX, placeDraft, prepareDraft, type DraftFormat, type DraftSetup, contextFor, DEFAULT_CONTEXT, defaultPrefixCacheBytes, gib, openCheckpointCached, parseSize, planInputFromCensus, planMemory, PRESETS, REFERENCE_PROMPT, resolveBudget, metadataTrunkSlots, trunkSlots, TRUNK_FORMATS, type TrunkFormat, type MemoryPlan, type PlanInput } from "../../inspect.ts";
 import { DEFAULT_MAX_DRAFTS, defaultThreads, engineLimits, parseSpeculate } from "../../engine.ts";
 import { snakeKeys } from "../../report.ts";
 import { repeatedValues } from "../args.ts";
@@ -91,7 +91,7 @@ export default defineCommand({
     threads: { type: "string", alias: ["t"], valueHint: "N", description: "compute threads (default: this machine's hardware threads, at most the pool's limit)" },
     parallel: { type: "string", valueHint: "N", description: "sessions held at once (k3 serve --parallel; default 1)" },
     "prefix-cache-ram": { type: "string", valueHint: "SIZE", description: "RAM for prefix-cache snapshots (default: k3 serve's share with --parallel, else 0)" },
-    trunk: { type: "string", default: "bf16", valueHint: "FORMAT", description: `trunk weights: ${TRUNK_FORMATS.join(" | ")} (int8/int4: a compact trunk from \`k3 pack\`, or what it would be)` },
+    trunk: { type: "string", default: "auto", valueHint: "FORMAT", description: `trunk weights: auto | ${TRUNK_FORMATS.join(" | ")} (auto: the engine's choice, with the bf16 and exact plans side by side; a packed trunk from \`k3 pack\`, or what it would be)` },
     chunk: { type: "string", valueHint: "N", description: "prefill chunk in tokens (default: the planner's choice)" },
     prompt: { type: "string", valueHint: "N", description: `prompt length the chunk is chosen for (default ${REFERENCE_PROMPT})` },
     mirror: { type: "string", valueHint: "DIR", description: "as k3 run --mirror (repeatable): the plan then holds the hedge buffers" },
@@ -117,48 +117,88 @@ export default defineCommand({
     const chunk = positiveInt(args.chunk, "--chunk");
     const prompt = positiveInt(args.prompt, "--prompt");
     if (chunk !== undefined && prompt !== undefined) throw new K3Error("USAGE", "--prompt chooses the chunk; give --chunk or --prompt, not both");
-    const trunk = args.trunk as TrunkFormat;
-    if (!TRUNK_FORMATS.includes(trunk)) throw new K3Error("USAGE", `--trunk must be ${TRUNK_FORMATS.join(", ")}; got "${args.trunk}"`);
+    const asked = args.trunk as TrunkFormat | "auto";
+    if (asked !== "auto" && !TRUNK_FORMATS.includes(asked)) throw new K3Error("USAGE", `--trunk must be auto, ${TRUNK_FORMATS.join(", ")}; got "${args.trunk}"`);
     const source = folderOrMetadata(args, "plan");
-    let cfg, census, slots, model: string;
-    let note = "";
-    let embed: TensorEntry | undefined;
-    if ("dir" in source) {
-      const ck = openCheckpointCached(source.dir);
-      cfg = ck.config;
-      embed = ck.tensors.get(`${LM_MODEL_PREFIX}embed_tokens.weight`);
-      census = ck.layout.census;
-      // The buffers the engine will allocate for this layout and trunk, exactly.
-      const t = trunkSlots(ck, trunk);
-      slots = t.slots;
-      if (t.packed === false) note = ` (not packed yet: k3 pack ${ck.dir} --trunk ${trunk})`;
-      model = ck.dir;
-    } else {
-      const cat = catalogueFromMetadata(source.config, source.index);
-      cfg = cat.config;
-      census = cat.census;
-      slots = metadataTrunkSlots(cfg, trunk);
-      model = `${source.config} + ${source.index}`;
-    }
+    const ck = "dir" in source ? openCheckpointCached(source.dir) : undefined;
+    const cat = "dir" in source ? undefined : catalogueFromMetadata(source.config, source.index);
+    const cfg = ck ? ck.config : cat!.config;
+    const model = "dir" in source ? ck!.dir : `${source.config} + ${source.index}`;
     const context = contextFor(cfg, requestedContext);
     const speculate = parseSpeculate(args.speculate ?? "auto", "--speculate");
     // As the engine opens it: no verify buffers with speculation off, N with --speculate N.
     const drafts = speculate === "off" ? 0 : typeof speculate === "number" ? speculate : undefined;
+    const embed = ck?.tensors.get(`${LM_MODEL_PREFIX}embed_tokens.weight`);
     const draft = args.draft !== undefined && args.draft !== "none" ? prepareDraft(cfg, embed, args.draft, context, drafts ?? DEFAULT_MAX_DRAFTS) : undefined;
-    const input = planInputFromCensus(cfg, census, budget.bytes, context, threads, chunk, slots, drafts);
-    input.promptTokens = prompt;
-    input.parallel = parallel;
-    const ram = args["prefix-cache-ram"];
-    input.hedgeBuffers = repeatedValues(rawArgs, "--mirror").length ? HEDGE_BUFFERS : 0;
-    input.prefixCacheBytes = ram !== undefined ? parseSize(ram, "--prefix-cache-ram") : args.parallel !== undefined ? defaultPrefixCacheBytes(input) : 0;
     // With a draft, the format the engine would hold (the fewest bytes per token; --draft-format forces one).
     const forced = args["draft-format"] === undefined || args["draft-format"] === "auto" ? undefined : args["draft-format"];
     if (forced !== undefined && !DRAFT_FORMATS.includes(forced as never)) throw new K3Error("USAGE", `--draft-format must be auto, ${DRAFT_FORMATS.join(", ")}; got "${forced}"`);
-    const plan = draft
-      ? placeDraft(forced ? [forced as DraftFormat] : draftFormatsAvailable(draft.checkpoint), (f) => planMemory({ ...input, draft: draftInFormat(draft, f).plan }), (p) => p)
-      : planMemory(input);
-    const cost = draft && draftCost(plan, planMemory(input));
-    if (args.json) process.stdout.write(`${JSON.stringify(snakeKeys({ model, budgetSource: budget.source, trunk, ...plan, ...(cost && { draftCost: cost }) }), null, 2)}\n`);
-    else process.stdout.write(render(plan, budget.source, `${model}; trunk ${trunk}${note}`, cost));
+    const formats = draft && (forced ? [forced as DraftFormat] : draftFormatsAvailable(draft.checkpoint));
+    // The plan for one trunk: from a folder the buffers the engine will allocate for this layout
+    // and trunk, exactly (a pack not made yet: what it would be, escapes not counted).
+    const planFor = (trunk: TrunkFormat): TrunkPlan => {
+      let t: ReturnType<typeof trunkSlots>;
+      try {
+        t = ck ? trunkSlots(ck, trunk) : { slots: metadataTrunkSlots(cfg, trunk), packed: trunk === "bf16" ? null : false };
+      } catch (err) {
+        // auto, as the engine: a stale or damaged exact pack is not used (named), the shards answer
+        if (asked !== "auto" || !(err instanceof K3Error)) throw err;
+        return { trunk, packed: false, plan: err };
+      }
+      const input = planInputFromCensus(cfg, ck ? ck.layout.census : cat!.census, budget.bytes, context, threads, chunk, t.slots, drafts);
+      input.promptTokens = prompt;
+      input.parallel = parallel;
+      const ram = args["prefix-cache-ram"];
+      input.hedgeBuffers = repeatedValues(rawArgs, "--mirror").length ? HEDGE_BUFFERS : 0;
+      input.prefixCacheBytes = ram !== undefined ? parseSize(ram, "--prefix-cache-ram") : args.parallel !== undefined ? defaultPrefixCacheBytes(input) : 0;
+      try {
+        return { trunk, packed: t.packed, ...placed(input, draft && formats && { draft, formats }) };
+      } catch (err) {
+        if (asked === "auto" && err instanceof K3Error && err.code === "BUDGET") return { trunk, packed: t.packed, plan: err };
+        throw err;
+      }
+    };
+    const options = asked === "auto" ? [planFor("bf16"), planFor("exact")] : [planFor(asked)];
+    const choice = asked === "auto" ? chooseTrunk(options[0]!.plan, options[1]!.packed ? options[1]!.plan : undefined) : { trunk: asked, why: "asked for (--trunk)" };
+    const chosen = options.find((o) => o.trunk === choice.trunk)!;
+    const plan = chosen.plan as MemoryPlan;
+    const cost = chosen.cost;
+    const unusable = (o: TrunkPlan) => o.plan instanceof K3Error && o.plan.code !== "BUDGET";
+    const unpacked = (o: TrunkPlan) => (o.packed === false && !unusable(o) ? ` (not packed yet: k3 pack ${ck?.dir ?? "DIR"} --trunk ${o.trunk}${o.trunk === "exact" ? "; escapes not counted" : ""})` : "");
+    if (args.json) {
+      const trunkChoice = asked === "auto" ? { chosen: choice.trunk, why: choice.why, options: options.map(optionSummary) } : undefined;
+      process.stdout.write(`${JSON.stringify(snakeKeys({ model, budgetSource: budget.source, trunk: choice.trunk, ...(trunkChoice && { trunkChoice }), ...plan, ...(cost && { draftCost: cost }) }), null, 2)}\n`);
+    } else {
+      const lines = asked === "auto" ? ["", `trunk: auto → ${choice.trunk} (${choice.why}; the same bits either way)`, ...options.map((o) => `  ${renderOption(o)}${unpacked(o)}`)] : [];
+      process.stdout.write(render(plan, budget.source, `${model}; trunk ${choice.trunk}${unpacked(chosen)}`, cost) + (lines.length ? `${lines.join("\n")}\n` : ""));
+    }
   },
 });
+
+interface TrunkPlan {
+  trunk: TrunkFormat;
+  packed: boolean | null; // null: the shards' bf16; false: a pack not made yet (what it would be)
+  plan: MemoryPlan | K3Error;
+  /** With a draft: what its share costs the target (k3 plan --draft). */
+  cost?: DraftCost;
+}
+
+/** The plan for `input`; with a draft, in the format the engine would hold, and what it costs. */
+function placed(input: PlanInput, d: { draft: DraftSetup; formats: DraftFormat[] } | undefined): { plan: MemoryPlan; cost?: DraftCost } {
+  if (!d) return { plan: planMemory(input) };
+  const plan = placeDraft(d.formats, (f) => planMemory({ ...input, draft: draftInFormat(d.draft, f).plan }), (p) => p);
+  return { plan, cost: draftCost(plan, planMemory(input)) };
+}
+
+/** One trunk's plan in brief: what it pins and reads (modeled) per decoded token. */
+function optionSummary(o: TrunkPlan) {
+  if (o.plan instanceof K3Error) return { trunk: o.trunk, packed: o.packed, fits: false, error: o.plan.message };
+  const p = o.plan;
+  return { trunk: o.trunk, packed: o.packed, fits: true, pinnedPieces: p.pinnedPieces.length, pieces: p.pieces.length, streamedBytesPerToken: p.streamedBytesPerToken, decodeBytesPerToken: decodeBytesPerToken(p), expertSlots: p.expertSlots };
+}
+
+function renderOption(o: TrunkPlan): string {
+  const s = optionSummary(o);
+  if (!s.fits) return `${o.trunk.padEnd(5)}  ${o.plan instanceof K3Error && o.plan.code === "BUDGET" ? "does not fit" : "not usable"}: ${s.error}`;
+  return `${o.trunk.padEnd(5)}  ${s.pinnedPieces} of ${s.pieces} pieces pinned, trunk ${gib(s.streamedBytesPerToken!)} streamed per token, ${s.expertSlots} expert slots; ${gib(s.decodeBytesPerToken!)} read per decoded token (modeled)`;
+}
