@@ -5,7 +5,14 @@
 //
 //   bun bench/prefill.ts [--model models/slice] [--prompts 256,1024] [--budgets resident,6G]
 //                        [--arms today,kernels,planner] [--old bench/out/old/libkernels.so]
-//                        [--runs 3] [--threads 2] [--isa auto] [--json out.json]
+//                        [--runs 3] [--threads 2] [--isa auto] [--trunk bf16|int8|int4] [--warm] [--json out.json]
+//
+// --trunk int8|int4 runs every arm on that compact trunk (made first by `k3 pack MODEL --trunk F`;
+// the engine refuses without it): the same matmuls, int8/int4 trunk weights instead of bf16.
+// A packed trunk is never --resident: give a budget that holds it all (`k3 plan` says), and --warm.
+// --warm prefills the prompt once untimed first (filling the expert slots a budget fills on first
+// use), then times a second prefill of it: the "disk GB read" column then shows whether the timed
+// pass ran from RAM alone (0.0).
 //
 // Arms (each run in its own process; rounds interleave every arm, so drift hits all alike):
 //   today    the old kernel library (--old, loaded with K3_KERNELS) at the old default chunk 32
@@ -16,14 +23,14 @@
 // Every run of one prompt must give the same last-logit bits (arms, budgets, runs): checked.
 // GFLOP/s counts the weight math of the pass (2 per weight·token: every matmul the forward pass
 // makes, and lm_head once), not attention scores or elementwise work.
-import { existsSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { createHash } from "node:crypto";
 import { join, resolve } from "node:path";
-import { tmpdir } from "node:os";
 import type { ModelConfig } from "../src/checkpoint/types.ts";
-import { Engine, type EngineOptions } from "../src/engine.ts";
+import { Engine, TRUNK_FORMATS, type EngineOptions, type TrunkFormat } from "../src/engine.ts";
 import { writeFileAtomic, writeTarget } from "../src/files.ts";
 import { cpuInfo, loadAvg } from "./machine.ts";
+import { childMain, spawnChild } from "./child.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
 
@@ -35,6 +42,8 @@ interface Spec {
   chunk?: number;
   threads: number;
   isa: "auto" | "avx2" | "avx512";
+  trunk: TrunkFormat;
+  warm: boolean;
   promptTokens: number;
 }
 interface Result {
@@ -66,13 +75,14 @@ export function weightFlops(c: ModelConfig, tokens: number): number {
 }
 
 function runChild(spec: Spec): Result {
-  const opts: EngineOptions = { threads: spec.threads, isa: spec.isa, chunk: spec.chunk };
+  const opts: EngineOptions = { threads: spec.threads, isa: spec.isa, chunk: spec.chunk, trunk: spec.trunk };
   if (spec.budget === "resident") opts.resident = true;
   else opts.ram = spec.budget;
   const engine = Engine.open(spec.model, opts);
   try {
     const s = engine.createSession();
     const prompt = Array.from({ length: spec.promptTokens }, (_, i) => (i * 7919 + 13) % engine.config.vocab);
+    if (spec.warm) engine.prefill(s, prompt), s.reset();
     const before = engine.stats();
     const c0 = process.cpuUsage(), t0 = performance.now();
     const logits = engine.prefill(s, prompt);
@@ -93,17 +103,7 @@ function runChild(spec: Spec): Result {
   }
 }
 
-if (process.argv[2] === "--child") {
-  const [specPath, outPath] = process.argv.slice(3);
-  let r: Result;
-  try {
-    r = runChild(JSON.parse(readFileSync(specPath!, "utf8")) as Spec);
-  } catch (err) {
-    r = { ok: false, error: String((err as Error).message ?? err).split("\n")[0] };
-  }
-  writeFileSync(outPath!, JSON.stringify(r));
-  process.exit(r.ok ? 0 : 1);
-}
+if (process.argv[2] === "--child") await childMain(runChild);
 
 // ---------------------------------------------------------------- parent
 const arg = (name: string, dflt: string) => {
@@ -118,6 +118,9 @@ const oldLib = arg("--old", join(ROOT, "bench/out/old/libkernels.so"));
 const RUNS = Number(arg("--runs", "3"));
 const threads = Number(arg("--threads", "2"));
 const isa = arg("--isa", "auto") as Spec["isa"];
+const trunk = arg("--trunk", "bf16") as TrunkFormat;
+if (!TRUNK_FORMATS.includes(trunk)) throw new Error(`--trunk must be one of ${TRUNK_FORMATS.join(", ")}, got ${JSON.stringify(trunk)}`);
+const warm = process.argv.includes("--warm");
 const jsonOut = arg("--json", "");
 if (jsonOut) writeTarget(jsonOut, "the --json output", "USAGE"); // a FIFO or folder there: refused now, not after the run
 if ((armNames.includes("today") || armNames.includes("oldplan")) && !existsSync(oldLib)) throw new Error(`--old ${oldLib}: no such library (the "today" arm needs the pre-change kernels)`);
@@ -126,23 +129,17 @@ const say = (s: string) => process.stderr.write(`[prefill] ${s}\n`);
 const { peakGflops } = await import("./peak.ts");
 const isaId = isa === "avx2" ? 1 : 2;
 const arms = armNames.map((a) => ({ arm: a, lib: a === "today" || a === "oldplan" ? oldLib : undefined, chunk: a === "planner" || a === "oldplan" ? undefined : 32 }));
-const scratch = tmpdir();
 const rows: { key: string; spec: Spec; results: Result[] }[] = [];
 for (const n of prompts) for (const b of budgets) for (const a of arms)
-  rows.push({ key: `${n}/${b}/${a.arm}`, spec: { model, budget: b, arm: a.arm, lib: a.lib, chunk: a.chunk, threads, isa, promptTokens: n }, results: [] });
+  rows.push({ key: `${n}/${b}/${a.arm}`, spec: { model, budget: b, arm: a.arm, lib: a.lib, chunk: a.chunk, threads, isa, trunk, warm, promptTokens: n }, results: [] });
 const peaks: { round: number; mulAdd: number; fma: number }[] = [];
 for (let run = 1; run <= RUNS; run++) {
   const pa = peakGflops(isaId, "mul+add", threads), pf = peakGflops(isaId, "fma", threads);
   peaks.push({ round: run, mulAdd: pa.wall, fma: pf.wall });
   say(`round ${run}/${RUNS}: peak ${pa.wall.toFixed(0)} / ${pf.wall.toFixed(0)} GFLOP/s (mul+add / FMA), load ${loadAvg()}`);
   for (const row of run % 2 ? rows : [...rows].reverse()) {
-    const specPath = join(scratch, `k3-prefill-spec-${process.pid}.json`), outPath = specPath.replace("spec", "out");
-    writeFileSync(specPath, JSON.stringify(row.spec));
-    rmSync(outPath, { force: true }); // never read a previous run's result
     const load = loadAvg();
-    const env = { ...process.env, ...(row.spec.lib ? { K3_KERNELS: row.spec.lib } : {}) };
-    const p = Bun.spawnSync([process.execPath, import.meta.path, "--child", specPath, outPath], { env, stdout: "inherit", stderr: "inherit" });
-    const r: Result = existsSync(outPath) ? JSON.parse(readFileSync(outPath, "utf8")) : { ok: false, error: `child exited ${p.exitCode}` };
+    const r = spawnChild<Result>(import.meta.path, row.spec, row.spec.lib);
     r.load = load;
     row.results.push(r);
     say(`${row.key}: ${r.ok ? `${(row.spec.promptTokens / r.prefillS!).toFixed(2)} tok/s (chunk ${r.chunk}, ${(r.prefillS!).toFixed(1)} s)` : r.error}`);
@@ -154,7 +151,7 @@ const best = (xs: number[]) => Math.max(...xs);
 const tps = (row: (typeof rows)[number]) => row.results.filter((r) => r.ok).map((r) => row.spec.promptTokens / r.prefillS!);
 const peakFma = best(peaks.map((p) => p.fma)), peakMulAdd = best(peaks.map((p) => p.mulAdd));
 const cpu = cpuInfo();
-console.log(`CPU: ${cpu.model}; ${navigator.hardwareConcurrency} threads visible; ${cpu.vectorFlags.join(" ")}; model ${model}; ${threads} threads; ISA ${isa}`);
+console.log(`CPU: ${cpu.model}; ${navigator.hardwareConcurrency} threads visible; ${cpu.vectorFlags.join(" ")}; model ${model}; trunk ${trunk}${warm ? " (timed after a warm-up prefill)" : ""}; ${threads} threads; ISA ${isa}`);
 console.log(`${RUNS} rounds, every arm once per round (alternating order); load average at each run start: ${rows.flatMap((r) => r.results.map((x) => x.load!.split(" ")[0])).join(", ")}`);
 console.log(`peak GFLOP/s of the same run (${threads} threads, best of ${RUNS}): mul+add ${peakMulAdd.toFixed(1)}, FMA ${peakFma.toFixed(1)}\n`);
 console.log("| prompt | budget | arm | chunk | tokens/s (each round) | best | × today | weight GFLOP/s (best) | / FMA peak | / mul+add peak | tokens per CPU-s × threads (best) | × today (CPU) | disk GB read | identical logits |");
@@ -172,8 +169,8 @@ for (const row of rows) {
   const cpuRate = (rw: (typeof rows)[number]) => rw.results.filter((r) => r.ok).map((r) => (rw.spec.promptTokens / r.cpuS!) * threads);
   const c = cpuRate(row), ct = today ? cpuRate(today) : [];
   const cpuRatio = c.length && ct.length ? (best(c) / best(ct)).toFixed(2) : "—";
-  console.log(`| ${row.spec.promptTokens} | ${row.spec.budget} | ${row.spec.arm} | ${ok[0]?.chunk ?? "—"} | ${t.map((x) => x.toFixed(2)).join(" / ") || row.results.map((r) => r.error).join("; ")} | ${t.length ? best(t).toFixed(2) : "—"} | ${ratio} | ${gflops.toFixed(1)} | ${(gflops / peakFma).toFixed(2)} | ${(gflops / peakMulAdd).toFixed(2)} | ${c.length ? best(c).toFixed(2) : "—"} | ${cpuRatio} | ${bytes} | ${identity.get(row.spec.promptTokens)!.size === 1 ? "yes" : "NO"} |`);
+  console.log(`| ${row.spec.promptTokens} | ${row.spec.budget} | ${row.spec.arm} | ${ok[0]?.chunk ?? "—"} | ${t.map((x) => x.toFixed(2)).join(" / ") || row.results.map((r) => r.error).join("; ")} | ${t.length ? best(t).toFixed(2) : "—"} | ${ratio} | ${gflops.toFixed(1)} | ${(gflops / peakFma).toFixed(2)} | ${(gflops / peakMulAdd).toFixed(2)} | ${c.length ? best(c).toFixed(2) : "—"} | ${cpuRatio} | ${bytes} | ${identity.get(row.spec.promptTokens)?.size === 1 ? "yes" : "NO"} |`);
 }
-if (jsonOut) writeFileAtomic(jsonOut, "the --json output", "USAGE", JSON.stringify({ cpu, model, threads, isa, peaks, rows }, null, 1));
+if (jsonOut) writeFileAtomic(jsonOut, "the --json output", "USAGE", JSON.stringify({ cpu, model, trunk, threads, isa, peaks, rows }, null, 1));
 const failed = rows.some((r) => r.results.some((x) => !x.ok)) || [...identity.values()].some((s) => s.size !== 1);
 process.exit(failed ? 1 : 0);
