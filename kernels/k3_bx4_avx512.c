@@ -12,8 +12,11 @@
 #include "k3_bx4_internal.h"
 #include "k3_matmul_x86.h"
 
-/* One-token rows of at least this many bytes run 4 at a time (as in k3_matmul_avx512.c). */
+/* One-token rows of at least this many bytes run BX_DECODE_ROWS at a time, then 4, then 1 (as
+ * in k3_matmul_avx512.c, whose DENSE_DECODE_ROWS measurement this follows: more independent row
+ * streams keep more lines in flight). */
 #define BLOCK_MIN_ROW_BYTES 8192
+#define BX_DECODE_ROWS 12
 
 T512 INLINE __m512 chunk16(const uint8_t* codes, const uint8_t* low, int32_t c, __m512i tab, __m512i cnt) {
   int64_t word;
@@ -23,15 +26,16 @@ T512 INLINE __m512 chunk16(const uint8_t* codes, const uint8_t* low, int32_t c, 
   return _mm512_castsi512_ps(_mm512_or_si512(hb, lb));
 }
 
-/* Rows r..r+RB−1 × tokens t0..t0+TB−1 (RB, TB ≤ 4). */
+/* Rows r..r+RB−1 × tokens t0..t0+TB−1 (RB, TB ≤ 4, or RB ≤ BX_DECODE_ROWS with TB = 1). At a
+ * chunk holding an escape, only the rows whose escape it is take the scalar decode. */
 T512 INLINE void bx_block(const bx_job* j, int64_t r, int32_t t0, const int RB, const int TB) {
   const int32_t cols = j->cols, n16 = cols - cols % 16;
   const int64_t rb = bx4_row_bytes(cols), cb = bx4_code_bytes(cols);
   const __m512i cnt = _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
-  const uint8_t *row[4], *codes[4], *low[4];
-  const uint32_t *e[4], *end[4];
-  __m512i tab[4];
-  __m512 acc[4][4];
+  const uint8_t *row[BX_DECODE_ROWS], *codes[BX_DECODE_ROWS], *low[BX_DECODE_ROWS];
+  const uint32_t *e[BX_DECODE_ROWS], *end[BX_DECODE_ROWS];
+  __m512i tab[BX_DECODE_ROWS];
+  __m512 acc[BX_DECODE_ROWS][4];
   UNROLL for (int i = 0; i < RB; i++) {
     row[i] = j->B + (r + i) * rb;
     codes[i] = row[i] + BX4_TABLE;
@@ -56,8 +60,13 @@ T512 INLINE void bx_block(const bx_job* j, int64_t r, int32_t t0, const int RB, 
     if (c >= n16) break;
     UNROLL for (int i = 0; i < RB; i++) { /* the chunk at c holds an escape of some row */
       float wv[16];
-      bx4_decode_cols(row[i], cols, c, 16, &e[i], end[i], wv);
-      __m512 w = _mm512_loadu_ps(wv);
+      __m512 w;
+      if (bx4_next_escape_chunk(e[i], end[i], cols) == c) {
+        bx4_decode_cols(row[i], cols, c, 16, &e[i], end[i], wv);
+        w = _mm512_loadu_ps(wv);
+      } else {
+        w = chunk16(codes[i], low[i], c, tab[i], cnt);
+      }
       UNROLL for (int t = 0; t < TB; t++) acc[i][t] = _mm512_add_ps(acc[i][t], _mm512_mul_ps(w, _mm512_loadu_ps(X + t * j->ldx + c)));
     }
     c += 16;
@@ -74,7 +83,8 @@ T512 INLINE void bx_block(const bx_job* j, int64_t r, int32_t t0, const int RB, 
 }
 
 /* Rows in blocks of 4 × tokens in blocks of 4 (one decode serves 4 tokens, one x load 4 rows); a
- * lone token reads long rows 4 at a time (4 add chains), short rows one at a time (one stream). */
+ * lone token reads long rows BX_DECODE_ROWS at a time (then 4, then 1: independent add chains),
+ * short rows one at a time (one stream). */
 T512 void k3_bx4_avx512(const bx_job* j, int64_t r0, int64_t r1) {
   const int32_t T = j->T;
   const int long_rows = bx4_row_bytes(j->cols) >= BLOCK_MIN_ROW_BYTES;
@@ -83,6 +93,8 @@ T512 void k3_bx4_avx512(const bx_job* j, int64_t r0, int64_t r1) {
     for (; r < r1; r++) bx_block(j, r, 0, 1, 1);
     return;
   }
+  if (T == 1)
+    for (; r + BX_DECODE_ROWS <= r1; r += BX_DECODE_ROWS) bx_block(j, r, 0, BX_DECODE_ROWS, 1);
   for (; r + 4 <= r1; r += 4) {
     int32_t t = 0;
     for (; t + 4 <= T; t += 4) bx_block(j, r, t, 4, 4);

@@ -130,6 +130,25 @@ describe("k3_matmul_bx4 = k3_matmul_bf16 on the decoded matrix, bit for bit", ()
         }
       }
     });
+  // One token on long rows (≥ 8 KB records) with more rows per thread than the AVX-512 decode
+  // block (k3_bx4_avx512.c BX_DECODE_ROWS = 12, then blocks of 4, then single rows), with
+  // escapes in nearly every chunk of some row of a block and with none.
+  for (const p of paths)
+    test.skipIf(!p.ok)(`ISA ${p.name}, T = 1 on long rows (61×6200), threads 1–3, escapes dense and none`, () => {
+      const r = rng(61);
+      const [rows, cols] = [61, 6200];
+      expect(bx4RowBytes(cols)).toBeGreaterThanOrEqual(8192);
+      for (const escapes of [true, false]) {
+        const w = weights(r, rows, cols, escapes);
+        const m = encode(w, rows, cols);
+        const X = randF32(r, cols);
+        const want = withIsaThreads(ISA.scalar, 1, () => bitsHash(bf16Product(w, X, rows, cols, 1)));
+        for (const threads of [1, 2, 3]) {
+          const got = withIsaThreads(p.isa, threads, () => bitsHash(bx4Product(m, X, cols, rows, cols, 1)));
+          expect({ escapes, threads, got }).toEqual({ escapes, threads, got: want });
+        }
+      }
+    });
 });
 
 describe("a damaged escape table or bad sizes: a status, never a read outside the buffers", () => {
