@@ -26,7 +26,7 @@ import { join } from "node:path";
 import { openCheckpoint } from "../src/checkpoint/catalogue.ts";
 import { Engine } from "../src/engine.ts";
 import { runBatchArmChild, type BatchArmResult, type BatchArmSpec } from "./batch-arm.ts";
-import { parseCommonArgs, ROOT, updateDocSection } from "./common.ts";
+import { median as medianOf, parseCommonArgs, ROOT, updateDocSection } from "./common.ts";
 import { machineInfo, type MachineInfo } from "./machine.ts";
 
 const say = (s: string) => process.stderr.write(`[bench:batch --spec] ${s}\n`);
@@ -103,10 +103,8 @@ const ARMS: { text: Text; speculate: "off" | "auto" }[] = [
   { text: "wrong", speculate: "auto" },
 ];
 
-const median = (xs: number[]) => {
-  const s = xs.filter(Number.isFinite).sort((a, b) => a - b);
-  return s.length === 0 ? NaN : s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
+/** The median of the finite values (an arm that failed has none). */
+const median = (xs: number[]) => medianOf(xs.filter(Number.isFinite));
 const f2 = (x: number) => (Number.isFinite(x) ? x.toFixed(2) : "—");
 
 /** The baseline of a run: the `off` run of the same round, stream count and text (wrong: greedy). */

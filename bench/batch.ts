@@ -29,6 +29,7 @@ import { join, resolve } from "node:path";
 import { writeFileAtomic } from "../src/files.ts";
 import { runBatchArmChild, type BatchArmResult } from "./batch-arm.ts";
 import { machineInfo, type MachineInfo } from "./machine.ts";
+import { median } from "./common.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
 const say = (s: string) => process.stderr.write(`[bench:batch] ${s}\n`);
@@ -93,10 +94,6 @@ function prompts(vocab: number) {
 
 const runArm = runBatchArmChild;
 
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length === 0 ? NaN : s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
 const f2 = (x: number) => (Number.isFinite(x) ? x.toFixed(2) : "—");
 const gb = (x: number) => (x / 1e9).toFixed(2);
 

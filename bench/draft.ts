@@ -25,7 +25,7 @@ import { join, resolve } from "node:path";
 import { tmpdir } from "node:os";
 import type { ArmResult, ArmSpec } from "./stream.ts";
 import { machineInfo } from "./machine.ts";
-import { freezeKernels, parseCommonArgs, ROOT, runArmChild, updateDocSection, writeReport } from "./common.ts";
+import { freezeKernels, median, parseCommonArgs, ROOT, runArmChild, updateDocSection, writeReport } from "./common.ts";
 import { demoSetup, sliceSetup, type Setup } from "./draft-setup.ts";
 
 const say = (s: string) => process.stderr.write(`[bench:draft] ${s}\n`);
@@ -100,11 +100,6 @@ async function run(args: ReturnType<typeof parseArgs>): Promise<Row[]> {
 
 /** Two decimals, or a dash where there is no figure (a ratio of 0 bytes to 0 bytes: resident). */
 const fixed = (x: number) => (Number.isFinite(x) ? x.toFixed(2) : "—");
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length ? (s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2) : NaN;
-};
-
 function summarize(rows: Row[]) {
   const groups = new Map<string, Row[]>();
   for (const r of rows) {

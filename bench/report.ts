@@ -4,6 +4,7 @@ import { formatBytes } from "../src/format.ts";
 import type { ArmResult } from "./stream.ts";
 import type { DiskResult } from "./disk.ts";
 import type { MachineInfo } from "./machine.ts";
+import { median } from "./common.ts";
 
 /** loadavg: /proc/loadavg (1, 5, 15 min) when the run started. */
 export type RunResult = ArmResult & { run: number; wallMs: number; loadavg?: number[] };
@@ -54,10 +55,6 @@ export interface BenchReport {
 
 const isDisk = (d: DiskResult | { error: string }): d is DiskResult => !("error" in d);
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
 /** A floor below this is no disk floor: the arm is compute-bound and a ratio would mean nothing. */
 const MIN_FLOOR_S = 0.05;
 

@@ -23,7 +23,7 @@ import { join, resolve } from "node:path";
 import { tmpdir } from "node:os";
 import type { ArmResult, ArmSpec } from "./stream.ts";
 import { machineInfo, type MachineInfo } from "./machine.ts";
-import { freezeKernels, parseCommonArgs, ROOT, runArmChild, updateDocSection, writeReport, type CommonArgs } from "./common.ts";
+import { freezeKernels, median, parseCommonArgs, ROOT, runArmChild, updateDocSection, writeReport, type CommonArgs } from "./common.ts";
 const PROMPT = [5, 17, 300, 42];
 const say = (s: string) => process.stderr.write(`[bench:spec] ${s}\n`);
 
@@ -77,12 +77,6 @@ type Result = ArmResult & { arm: Arm["key"]; run: number; wallMs: number; loadav
 async function runChild(spec: ArmSpec, arm: Arm, run: number, scratch: string): Promise<Result> {
   return { ...(await runArmChild(spec, scratch, `${run}-${arm.key}`, 40 * 60_000)), arm: arm.key, run };
 }
-
-const median = (xs: number[]) => {
-  if (!xs.length) return NaN;
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
 
 interface Report {
   /** One per piece: a merged report lists each piece's command. */

@@ -31,7 +31,7 @@ import { ensureDemoModel } from "../src/cli/demo.ts";
 import type { ArmResult, ArmSpec } from "./stream.ts";
 import type { DiskResult } from "./disk.ts";
 import { machineInfo, type MachineInfo } from "./machine.ts";
-import { freezeKernels, parseCommonArgs, ROOT, runArmChild, runDisk, updateDocSection, writeReport, type CommonArgs } from "./common.ts";
+import { freezeKernels, isDisk, median, parseCommonArgs, ROOT, runArmChild, runDisk, updateDocSection, writeReport, type CommonArgs } from "./common.ts";
 import { renderErrorTable, type ErrorReport } from "./trunk-error.ts";
 import { diskSummary } from "./report.ts";
 
@@ -119,12 +119,6 @@ function ensurePacked(model: string): string {
   return dir;
 }
 
-const median = (xs: number[]) => {
-  if (!xs.length) return NaN;
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
-const isDisk = (d: DiskResult | { error: string }): d is DiskResult => !("error" in d);
 
 function summarize(rep: Report) {
   const problems: string[] = [];
