@@ -224,6 +224,26 @@ static void* io_worker(void* arg) {
   return NULL;
 }
 
+/* Stop queue `q` (no new submissions; queued reads still run), wake its workers and join them,
+ * then give its slot back. Called with io.mu held; drops it while joining (the workers need it)
+ * and holds it again on return. `q->threads` stays set until then, so the slot is not reused
+ * while its threads end. */
+static void stop_and_join_locked(io_queue* q) {
+  q->stop = 1;
+  pthread_cond_broadcast(&q->work);
+  pthread_cond_broadcast(&io.release);
+  pthread_t* threads = q->threads;
+  int32_t n = q->nthreads;
+  pthread_mutex_unlock(&io.mu);
+  for (int32_t i = 0; i < n; i++) pthread_join(threads[i], NULL);
+  pthread_mutex_lock(&io.mu);
+  pthread_cond_destroy(&q->work);
+  free(threads);
+  q->threads = NULL;
+  q->nthreads = 0;
+  q->open = 0;
+}
+
 static int32_t open_locked(int32_t nthreads, int32_t max_inflight) {
   if (nthreads < 1 || nthreads > K3_IO_MAX_THREADS || max_inflight < 1) return K3_ERR_ARG;
   ensure_ready();
@@ -245,16 +265,8 @@ static int32_t open_locked(int32_t nthreads, int32_t max_inflight) {
   /* The workers start blocked on io.mu, which this caller holds until it returns. */
   for (int32_t i = 0; i < nthreads; i++) {
     if (pthread_create(&threads[i], NULL, io_worker, (void*)(intptr_t)id) != 0) {
-      q->stop = 1;
       q->nthreads = i;
-      pthread_cond_broadcast(&q->work);
-      pthread_mutex_unlock(&io.mu);
-      for (int32_t j = 0; j < i; j++) pthread_join(threads[j], NULL);
-      pthread_mutex_lock(&io.mu);
-      pthread_cond_destroy(&q->work);
-      free(threads);
-      q->threads = NULL;
-      q->open = 0;
+      stop_and_join_locked(q);
       return K3_ERR_NOMEM;
     }
   }
@@ -276,19 +288,7 @@ K3_API int32_t k3_io_queue_close(int32_t id) {
     pthread_mutex_unlock(&io.mu);
     return K3_ERR_ARG;
   }
-  q->stop = 1; /* no new submissions; queued reads still run */
-  pthread_cond_broadcast(&q->work);
-  pthread_cond_broadcast(&io.release);
-  pthread_t* threads = q->threads;
-  int32_t n = q->nthreads;
-  pthread_mutex_unlock(&io.mu);
-  for (int32_t i = 0; i < n; i++) pthread_join(threads[i], NULL);
-  pthread_mutex_lock(&io.mu);
-  pthread_cond_destroy(&q->work);
-  free(threads);
-  q->threads = NULL;
-  q->nthreads = 0;
-  q->open = 0;
+  stop_and_join_locked(q);
   pthread_mutex_unlock(&io.mu);
   return K3_OK;
 }
