@@ -1,7 +1,9 @@
 // Decode component profile (docs/BENCH-KERNELS.md, "Decode"): where a decoded token's time goes
 // on a model (the slice by default), next to its memory floor — the bytes a token must touch
 // (every resident trunk weight, lm_head, its top-k experts per MoE layer, the MLA cache and KDA
-// state) ÷ the memory read rate measured in the same process with the same threads.
+// state) ÷ the memory read rate measured in the same process with the same threads: the best of
+// 3 probe passes before each round, and (decode) one probe pass between every two tokens — the
+// rate in the same seconds as the tokens, reported as median step ÷ median floor beside it.
 // Opt-in; the resident slice takes ~14 GB: run it under `flock /work/locks/bigmem`.
 //
 //   bun bench/decode-profile.ts [--model models/slice] [--ram SIZE | resident] [--threads 2]
@@ -102,20 +104,28 @@ const engine = Engine.open(model, opts);
 const cfg = engine.config;
 const census = (engine as unknown as { checkpoint: { layout: { census: { trunkBytesPerLayer: number[]; expertBytes: number; headBytes: number; finalBytes: number } } } }).checkpoint.layout.census;
 
+// The read probe: k3_mem_read_sum over one 1 GiB buffer (all threads). memReadGBs() is the best of
+// 3 passes before a round (the floor the issue-23 figures used); probeOnce() is one pass, run
+// between decoded tokens (the generator is paused, so it is not in any step's time): the read rate
+// in the same seconds as the tokens, which on a shared VM moves ±20 % from minute to minute.
+const PROBE_BYTES = 2 ** 30;
+const probeBuf = (k.k3_mem_alloc as (b: number, a: number) => number)(PROBE_BYTES, 4096);
+const readSum = k.k3_mem_read_sum as (p: number, b: number) => bigint;
+readSum(probeBuf, PROBE_BYTES);
+function probeOnce(): number {
+  const t0 = Bun.nanoseconds();
+  readSum(probeBuf, PROBE_BYTES);
+  return PROBE_BYTES / ((Bun.nanoseconds() - t0) / 1e9) / 1e9;
+}
 function memReadGBs(): number {
-  const bytes = 2 ** 30;
-  const p = (k.k3_mem_alloc as (b: number, a: number) => number)(bytes, 4096);
-  const sum = k.k3_mem_read_sum as (p: number, b: number) => bigint;
-  sum(p, bytes);
   let best = 0;
-  for (let i = 0; i < 3; i++) {
-    const t0 = Bun.nanoseconds();
-    sum(p, bytes);
-    best = Math.max(best, bytes / ((Bun.nanoseconds() - t0) / 1e9) / 1e9);
-  }
-  (k.k3_mem_free as (p: number) => void)(p);
+  for (let i = 0; i < 3; i++) best = Math.max(best, probeOnce());
   return best;
 }
+const median = (v: number[]) => {
+  const s = [...v].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+};
 
 /** Bytes a decoded token at position `pos` touches: trunk, head, top-k experts per MoE layer, MLA cache rows, KDA state (read + written). */
 function bytesTouched(pos: number): number {
@@ -127,7 +137,7 @@ function bytesTouched(pos: number): number {
 }
 
 const prompt = Array.from({ length: promptLen }, (_, i) => (i * 7919 + 13) % cfg.vocab);
-const rounds: { sPerToken: number; bw: number; floorS: number; stepMs: number[]; cost: [string, { ns: number; calls: number; flops: number }][]; load: string }[] = [];
+const rounds: { sPerToken: number; bw: number; floorS: number; stepMs: number[]; probes: number[]; cost: [string, { ns: number; calls: number; flops: number }][]; load: string }[] = [];
 for (let run = 1; run <= RUNS; run++) {
   const load = loadAvg();
   const bw = memReadGBs();
@@ -135,6 +145,7 @@ for (let run = 1; run <= RUNS; run++) {
   cost.clear();
   byShape.clear();
   const stepMs: number[] = [];
+  const probes: number[] = []; // GB/s of one probe pass after each decoded token
   if (phase === "prefill") {
     counting = true;
     const t0 = performance.now();
@@ -149,16 +160,28 @@ for (let run = 1; run <= RUNS; run++) {
         continue;
       }
       stepMs.push(r.value.ms);
+      probes.push(probeOnce());
     }
     counting = false;
   }
   s.close();
   const sPerToken = stepMs.reduce((a, b) => a + b, 0) / stepMs.length / 1000;
   const floorS = bytesTouched(promptLen + TOKENS / 2) / (bw * 1e9);
-  rounds.push({ sPerToken, bw, floorS, stepMs, cost: [...cost], load });
+  rounds.push({ sPerToken, bw, floorS, stepMs, probes, cost: [...cost], load });
   say(`round ${run}: ${sPerToken.toFixed(3)} s/token, floor ${floorS.toFixed(3)} s (${bw.toFixed(1)} GB/s), ratio ${(sPerToken / floorS).toFixed(2)}; load ${load}`);
+  if (probes.length) say(`  between tokens: ${interleaved(rounds.at(-1)!)}`);
 }
 engine.close();
+(k.k3_mem_free as (p: number) => void)(probeBuf);
+
+/** The interleaved floor of a decode round: median step time ÷ (bytes ÷ median probe), and the
+ * median of each token's own ratio (its step ÷ the bytes at the probe right after it). */
+function interleaved(r: { stepMs: number[]; probes: number[] }): string {
+  const bytes = bytesTouched(promptLen + TOKENS / 2);
+  const floors = r.probes.map((g) => (bytes / (g * 1e9)) * 1000);
+  const paired = r.stepMs.map((ms, i) => ms / floors[i]!);
+  return `probe median ${median(r.probes).toFixed(1)} GB/s (${Math.min(...r.probes).toFixed(1)}–${Math.max(...r.probes).toFixed(1)}), median step ${median(r.stepMs).toFixed(1)} ms = ${(median(r.stepMs) / median(floors)).toFixed(2)}× the median floor, per-token ratio median ${median(paired).toFixed(2)}`;
+}
 
 // ---- report: the round with the fastest decode (least disturbed), every round's totals
 const best = rounds.reduce((a, b) => (b.sPerToken < a.sPerToken ? b : a));
@@ -177,7 +200,9 @@ const kernelMs = per([...byPart.values()].reduce((a, b) => a + b, 0));
 const cpu = cpuInfo();
 console.log(`CPU: ${cpu.model}; ${cpu.vectorFlags.join(" ")}; model ${model}; ${ram}; ${threads} threads; ISA ${isa}; prompt ${promptLen}, ${TOKENS} decoded tokens per round`);
 console.log(`rounds (s/token; floor; read GB/s; load): ${rounds.map((r) => `${r.sPerToken.toFixed(3)}; ${r.floorS.toFixed(3)}; ${r.bw.toFixed(1)}; ${r.load}`).join(" | ")}`);
-console.log(`bytes touched per token: ${(bytesTouched(promptLen + TOKENS / 2) / 1e9).toFixed(2)} GB; best round ${best.sPerToken.toFixed(3)} s/token = ${(best.sPerToken / best.floorS).toFixed(2)}× its floor ${best.floorS.toFixed(3)} s\n`);
+console.log(`bytes touched per token: ${(bytesTouched(promptLen + TOKENS / 2) / 1e9).toFixed(2)} GB; best round ${best.sPerToken.toFixed(3)} s/token = ${(best.sPerToken / best.floorS).toFixed(2)}× its floor ${best.floorS.toFixed(3)} s`);
+if (phase !== "prefill") for (const [i, r] of rounds.entries()) console.log(`round ${i + 1}, a probe pass between tokens: ${interleaved(r)}`);
+console.log("");
 console.log("| part | ms/token | share |\n|---|---|---|");
 for (const [part, ns] of [...byPart].sort((a, b) => b[1] - a[1])) console.log(`| ${part} | ${per(ns).toFixed(2)} | ${((100 * per(ns)) / stepMsTotal).toFixed(1)}% |`);
 console.log(`| JS, FFI and pool (step − kernel calls) | ${(stepMsTotal - kernelMs).toFixed(2)} | ${((100 * (stepMsTotal - kernelMs)) / stepMsTotal).toFixed(1)}% |`);
