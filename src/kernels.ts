@@ -169,7 +169,7 @@ export function kernelLimits(k: Kernels = loadKernels()): KernelLimits {
 }
 
 /** The library ABI these bindings are written for (k3_version, kernels/k3_version.c). */
-export const KERNELS_ABI = 6;
+export const KERNELS_ABI = 7;
 
 let loaded: Kernels | undefined;
 
