@@ -11,7 +11,9 @@
  *  - Sizes are int32 (every dimension of K3 fits), element counts that may exceed 2^31 are int64.
  *  - FP contract (docs/NUMERICS.md): -ffp-contract=off, no fast-math, one fixed reduction order
  *    per kernel. The matmuls have scalar, AVX2, AVX-512 and NEON paths that perform exactly the same
- *    operations in the same order; every other kernel has one implementation. Threads split
+ *    operations in the same order; SiTU-GLU and the sigmoids have AVX2 / AVX-512 paths with the
+ *    scalar code's bits for every input (k3_math_vec.h); every other kernel has one
+ *    implementation. Threads split
  *    output rows (or heads); each output element is summed by one thread, so results are
  *    bit-identical at any thread count and any T (a row of a T-token batch equals the same
  *    row computed alone).

@@ -4,31 +4,50 @@
 // k3_sigmoid on the scalar path and on each vector ISA this host has, and counts the inputs whose
 // output bits differ (must be 0). The result, command and time are in docs/NUMERICS.md §1.1.
 //
-//   bun tools/libm-vector-check.ts [--step 1] [--threads 2] [--isa avx512,avx2]
+//   bun tools/libm-vector-check.ts [--step 1] [--threads 2] [--isa avx512,avx2] [--fn expf,tanhf,sigmoid]
 //
 // --step S checks every S-th bit pattern only (a quick look; the proof is --step 1). Exit 1 on
 // any mismatch, with the first few listed.
 import { parseArgs } from "node:util";
 import { ISA, loadKernels } from "../src/kernels.ts";
 
-const { values } = parseArgs({
-  options: { step: { type: "string", default: "1" }, threads: { type: "string", default: "2" }, isa: { type: "string", default: "" } },
-});
+/** A usage error: one line naming the option, exit 2 (no stack trace). */
+function fail(msg: string): never {
+  console.error(`libm-vector-check: ${msg}`);
+  process.exit(2);
+}
+let values: { step?: string; threads?: string; isa?: string; fn?: string };
+try {
+  ({ values } = parseArgs({
+    options: {
+      step: { type: "string", default: "1" }, threads: { type: "string", default: "2" },
+      isa: { type: "string", default: "" }, fn: { type: "string", default: "expf,tanhf,sigmoid" },
+    },
+  }));
+} catch (e) {
+  fail((e as Error).message);
+}
 const step = Number(values.step), threads = Number(values.threads);
-if (!Number.isInteger(step) || step < 1) throw new Error(`--step: want a positive integer, got ${values.step}`);
+if (!Number.isInteger(threads) || threads < 1) fail(`--threads: want a positive integer, got ${values.threads}`);
+if (!Number.isInteger(step) || step < 1) fail(`--step: want a positive integer, got ${values.step}`);
 const k = loadKernels();
 const names: Record<string, number> = { avx512: ISA.avx512, avx2: ISA.avx2 };
 const wanted = values.isa ? values.isa.split(",") : Object.keys(names);
-for (const n of wanted) if (!(n in names)) throw new Error(`--isa: unknown ISA ${n} (want avx512, avx2)`);
+for (const n of wanted) if (!(n in names)) fail(`--isa: unknown ISA ${n} (want avx512, avx2)`);
 const isas = wanted.filter((n) => k.k3_isa_supported(names[n]!) === 1);
-if (isas.length === 0) throw new Error(`this host runs none of ${wanted.join(", ")}`);
+if (isas.length === 0) fail(`this host runs none of ${wanted.join(", ")}`);
 k.k3_pool_init(threads);
 
-const fns: Record<string, (x: Float32Array) => void> = {
+const allFns: Record<string, (x: Float32Array) => void> = {
   expf: (x) => k.k3_expf_n(x, x.length),
   tanhf: (x) => k.k3_tanhf_n(x, x.length),
   sigmoid: (x) => k.k3_sigmoid(x, x.length),
 };
+const fns: typeof allFns = {};
+for (const f of values.fn!.split(",")) {
+  if (!(f in allFns)) fail(`--fn: unknown function ${f} (want expf, tanhf, sigmoid)`);
+  fns[f] = allFns[f]!;
+}
 const CHUNK = 1 << 22;
 const total = Math.ceil(2 ** 32 / step);
 const bad: Record<string, number> = {};
