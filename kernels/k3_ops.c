@@ -43,13 +43,16 @@ static void ew_part(void* ctx, int32_t i, int32_t n) {
   k3_chunk(j->n, i, n, &lo, &hi);
 #if defined(__x86_64__)
   if (j->isa == K3_ISA_AVX512) { k3_ew_avx512(j, lo, hi); return; }
-  if (j->isa == K3_ISA_AVX2 && k3_cpu_has_fma()) { k3_ew_avx2(j, lo, hi); return; }
+  if (j->isa == K3_ISA_AVX2) { k3_ew_avx2(j, lo, hi); return; }
 #endif
   ew_scalar(j, lo, hi);
 }
 
+/* The path is chosen once, on the calling thread: the ISA in effect, AVX2 only with FMA. */
 static void ew_run(int op, float* x, const float* g, const float* u, int64_t n, float b1, float b2) {
-  k3_ew_job j = { op, k3_isa_current(), x, g, u, n, b1, b2 };
+  int32_t isa = k3_isa_current();
+  if (isa == K3_ISA_AVX2 && !k3_cpu_has_fma()) isa = K3_ISA_SCALAR;
+  k3_ew_job j = { op, isa, x, g, u, n, b1, b2 };
   if (n > 0) k3_pool_run_if(ew_part, &j, n < PAR_ELEMS);
 }
 

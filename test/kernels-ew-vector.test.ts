@@ -68,7 +68,7 @@ describe("elementwise vector paths: the scalar bits for every input", () => {
 
   for (const isa of allIsas.filter((i) => i !== ISA.scalar)) {
     for (const threads of [1, 2]) {
-      test(`ISA ${isa}, ${threads} thread(s): every op, every length, the scalar bits`, () => {
+      test(`${Object.keys(ISA).find((n) => ISA[n as keyof typeof ISA] === isa)}, ${threads} thread(s): every op, every length, the scalar bits`, () => {
         const bad: string[] = [];
         withIsaThreads(isa, threads, () => {
           for (const [name, op] of Object.entries(ops)) {
