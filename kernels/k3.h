@@ -11,7 +11,9 @@
  *  - Sizes are int32 (every dimension of K3 fits), element counts that may exceed 2^31 are int64.
  *  - FP contract (docs/NUMERICS.md): -ffp-contract=off, no fast-math, one fixed reduction order
  *    per kernel. The matmuls have scalar, AVX2, AVX-512 and NEON paths that perform exactly the same
- *    operations in the same order; every other kernel has one implementation. Threads split
+ *    operations in the same order; SiTU-GLU and the sigmoids have AVX2 / AVX-512 paths with the
+ *    scalar code's bits for every input (k3_math_vec.h); every other kernel has one
+ *    implementation. Threads split
  *    output rows (or heads); each output element is summed by one thread, so results are
  *    bit-identical at any thread count and any T (a row of a T-token batch equals the same
  *    row computed alone).
@@ -167,7 +169,8 @@ K3_API void k3_quant_error(const uint16_t* W, int32_t rows, int32_t cols, int32_
 
 /* ---- elementwise and vector ops (single implementation, sequential order; k3_sigmoid,
  * k3_mul_sigmoid and k3_situ_glu split their elements across the pool from 4096 on: each element
- * is computed by one thread, the same bits at any thread count) ---- */
+ * is computed by one thread, the same bits at any thread count; their AVX-512 / AVX2 paths give
+ * the scalar code's bits for every input) ---- */
 K3_API void    k3_bf16_to_f32(const uint16_t* src, float* dst, int64_t n);
 K3_API void    k3_add(float* y, const float* x, int64_t n);                  /* y += x */
 K3_API void    k3_axpy(float* y, float a, const float* x, int64_t n);       /* y += a·x (a·x rounded, then added) */
@@ -175,6 +178,10 @@ K3_API void    k3_sigmoid(float* x, int64_t n);                              /* 
 K3_API void    k3_mul_sigmoid(float* x, const float* gate, int64_t n);      /* x *= sigmoid(gate) */
 /* SiTU-GLU: out = b1·tanh(g/b1)·sigmoid(g) · b2·tanh(u/b2). out may alias g or u. */
 K3_API void    k3_situ_glu(const float* g, const float* u, float* out, int64_t n, float b1, float b2);
+/* x[i] = expf(x[i]) / tanhf(x[i]) in place, with the library's bits (k3_math.c, what the ops above
+ * use) on the current ISA's path: for tests and tools/libm-vector-check.ts. */
+K3_API void    k3_expf_n(float* x, int64_t n);
+K3_API void    k3_tanhf_n(float* x, int64_t n);
 /* argmax over n floats; ties → lowest index. K3_ERR_NONFINITE if any x is NaN or ±inf (logits
  * of a sound model are finite: a non-finite one means broken weights, and picking among the rest
  * would be a wrong answer), K3_ERR_ARG if n ≤ 0. */

@@ -38,6 +38,10 @@ static inline float k3_bf16(uint16_t b) {
 float k3_expf(float x);
 double k3_exp(double x);
 float k3_tanhf(float x);
+/* expf's table: bits(2^(i/32)) − (i << 47) (k3_math.c; the vector expf of k3_math_vec.h reads it). */
+extern const uint64_t k3_expf_T32[32];
+/* Whether the CPU has FMA3 (x86-64; the AVX2 elementwise path needs it, k3_isa.c). */
+int32_t k3_cpu_has_fma(void);
 
 /* sigmoid(x) = 1 / (1 + exp(−x)) in f32 (saturates cleanly: exp overflow → inf → 0). */
 static inline float k3_sigmoidf(float x) { return 1.0f / (1.0f + k3_expf(-x)); }

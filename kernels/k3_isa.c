@@ -37,6 +37,21 @@ static int32_t detect(void) { return K3_ISA_NEON; }
 static int32_t detect(void) { return K3_ISA_SCALAR; }
 #endif
 
+/* FMA3 (CPUID.1:ECX bit 12): every AVX2 CPU sold has it, but a VM may hide it, so the elementwise
+ * AVX2 path (which needs fused steps exactly where the scalar code calls fma()) checks. */
+#if defined(__x86_64__)
+int32_t k3_cpu_has_fma(void) {
+  static int32_t fma = -1;
+  if (fma < 0) {
+    unsigned a, b, c, d;
+    fma = __get_cpuid(1, &a, &b, &c, &d) ? (int32_t)((c >> 12) & 1) : 0;
+  }
+  return fma;
+}
+#else
+int32_t k3_cpu_has_fma(void) { return 0; }
+#endif
+
 static int32_t best(void) {
   if (detected == -2) detected = detect();
   return detected;

@@ -30,7 +30,7 @@ static inline uint64_t d2u(double d) { uint64_t u; memcpy(&u, &d, 8); return u; 
 static inline double u2d(uint64_t u) { double d; memcpy(&d, &u, 8); return d; }
 
 /* ---------------------------------------------------------------- expf */
-static const uint64_t T32[32] = {
+const uint64_t k3_expf_T32[32] = {
   0x3ff0000000000000u, 0x3fefd9b0d3158574u, 0x3fefb5586cf9890fu, 0x3fef9301d0125b51u,
   0x3fef72b83c7d517bu, 0x3fef54873168b9aau, 0x3fef387a6e756238u, 0x3fef1e9df51fdee1u,
   0x3fef06fe0a31b715u, 0x3feef1a7373aa9cbu, 0x3feedea64c123422u, 0x3feece086061892du,
@@ -59,7 +59,7 @@ float k3_expf(float x) {
   uint64_t ki = d2u(kd);
   kd -= 0x1.8p+52;
   double r = fma(invln2N, xd, -kd);
-  double s = u2d(T32[ki % 32] + (ki << 47));
+  double s = u2d(k3_expf_T32[ki % 32] + (ki << 47));
   double p = fma(0x1.c6af84b912394p-5 / N / N / N, r, 0x1.ebfce50fac4f3p-3 / N / N);
   double r2 = r * r;
   double y = fma(0x1.62e42ff0c52d6p-1 / N, r, 1.0);

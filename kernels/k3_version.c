@@ -8,8 +8,9 @@
  * status (a pointer that is not a live allocation is refused). */
 /* 5: the draft model's kernels (k3_rope_interleaved, k3_sincos, k3_silu_glu) and their limits
  * (K3_LIMIT_ROPE_PAIRS, K3_LIMIT_ROPE_ANGLE).
- * 6: the exact compact trunk: k3_matmul_bx4, k3_bx4_encode, k3_bx4_decode, status K3_ERR_DATA. */
-K3_API int32_t k3_version(void) { return 6; }
+ * 6: the exact compact trunk: k3_matmul_bx4, k3_bx4_encode, k3_bx4_decode, status K3_ERR_DATA.
+ * 7: k3_expf_n, k3_tanhf_n (the elementwise vector paths' check). */
+K3_API int32_t k3_version(void) { return 7; }
 
 K3_API int32_t k3_limit(int32_t which) {
   switch (which) {

@@ -64,6 +64,8 @@ export const symbols = {
   k3_sigmoid: { args: [ptr, i64], returns: v },
   k3_mul_sigmoid: { args: [ptr, ptr, i64], returns: v },
   k3_situ_glu: { args: [ptr, ptr, ptr, i64, f32, f32], returns: v },
+  k3_expf_n: { args: [ptr, i64], returns: v },
+  k3_tanhf_n: { args: [ptr, i64], returns: v },
   k3_argmax: { args: [ptr, i32], returns: i32 }, // index, or K3_ERR_NONFINITE / K3_ERR_ARG
   // (x, ldx, w, y, ldy, n, T, eps)
   k3_rmsnorm_bf16w: { args: [ptr, i32, ptr, ptr, i32, i32, i32, f32], returns: v },
@@ -167,7 +169,7 @@ export function kernelLimits(k: Kernels = loadKernels()): KernelLimits {
 }
 
 /** The library ABI these bindings are written for (k3_version, kernels/k3_version.c). */
-export const KERNELS_ABI = 6;
+export const KERNELS_ABI = 7;
 
 let loaded: Kernels | undefined;
 
