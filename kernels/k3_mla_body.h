@@ -105,31 +105,41 @@ MLA_T static void qlat(const mla_blk* B) {
     }
 }
 
-/* s_p for tokens 0..TB−1 of the block at one position (c = its cache row): two dot16s, added,
- * then scaled; written to A[t][p]. */
-INL void score_pos(const mla_blk* B, const float* c, int64_t p, int t0, const int TB) {
-  const int32_t R = B->J->R, dr = B->J->dr, R16 = R - R % 16, dr16 = dr - dr % 16;
-  v16 a[MLA_TB], b[MLA_TB];
-  for (int t = 0; t < TB; t++) a[t] = b[t] = (v16){ 0 };
+/* s_p for positions p..p+PB−1 (cache rows c, c + ld, …) and tokens t0..t0+TB−1 of the block:
+ * two dot16s, added, then scaled; written to A[t][p]. PB·TB chains side by side. */
+INL void score_pos(const mla_blk* B, const float* c, int64_t p, int t0, const int PB, const int TB) {
+  const int32_t R = B->J->R, dr = B->J->dr, ld = R + dr, R16 = R - R % 16, dr16 = dr - dr % 16;
+  v16 a[2][MLA_TB], b[2][MLA_TB];
+  for (int i = 0; i < PB; i++) for (int t = 0; t < TB; t++) a[i][t] = b[i][t] = (v16){ 0 };
   for (int32_t k = 0; k < R16; k += 16) {
-    v16 cv = vld(c + k);
-    for (int t = 0; t < TB; t++) a[t] = a[t] + vld(B->QL + (int64_t)(t0 + t) * R + k) * cv;
+    v16 cv[2];
+    for (int i = 0; i < PB; i++) cv[i] = vld(c + (int64_t)i * ld + k);
+    for (int t = 0; t < TB; t++) {
+      v16 x = vld(B->QL + (int64_t)(t0 + t) * R + k);
+      for (int i = 0; i < PB; i++) a[i][t] = a[i][t] + x * cv[i];
+    }
   }
   for (int32_t k = 0; k < dr16; k += 16) {
-    v16 cv = vld(c + R + k);
-    for (int t = 0; t < TB; t++) b[t] = b[t] + vld(B->qn[t0 + t] + B->J->dn + k) * cv;
+    v16 cv[2];
+    for (int i = 0; i < PB; i++) cv[i] = vld(c + (int64_t)i * ld + R + k);
+    for (int t = 0; t < TB; t++) {
+      v16 x = vld(B->qn[t0 + t] + B->J->dn + k);
+      for (int i = 0; i < PB; i++) b[i][t] = b[i][t] + x * cv[i];
+    }
   }
-  for (int t = 0; t < TB; t++) {
-    const float* ql = B->QL + (int64_t)(t0 + t) * R;
-    const float* qr = B->qn[t0 + t] + B->J->dn;
-    float x = tree(a[t]);
-    for (int32_t k = R16; k < R; k++) { float q = ql[k] * c[k]; x += q; }
-    float y = tree(b[t]);
-    for (int32_t k = dr16; k < dr; k++) { float q = qr[k] * c[R + k]; y += q; }
-    float s = x + y;
-    s = B->J->scale * s;
-    B->A[(int64_t)(t0 + t) * B->ns + p] = s;
-  }
+  for (int i = 0; i < PB; i++)
+    for (int t = 0; t < TB; t++) {
+      const float* ql = B->QL + (int64_t)(t0 + t) * R;
+      const float* qr = B->qn[t0 + t] + B->J->dn;
+      const float* ci = c + (int64_t)i * ld;
+      float x = tree(a[i][t]);
+      for (int32_t k = R16; k < R; k++) { float q = ql[k] * ci[k]; x += q; }
+      float y = tree(b[i][t]);
+      for (int32_t k = dr16; k < dr; k++) { float q = qr[k] * ci[R + k]; y += q; }
+      float s = x + y;
+      s = B->J->scale * s;
+      B->A[(int64_t)(t0 + t) * B->ns + p + i] = s;
+    }
 }
 
 /* Scores of every token of the block, then each token's softmax (k3_mla.c's order). */
@@ -137,11 +147,13 @@ MLA_T static void scores(const mla_blk* B) {
   const mla_job* J = B->J;
   const int32_t ld = J->R + J->dr;
   const int64_t common = (int64_t)J->pos0 + B->t0 + 1; /* positions every token of the block sees */
-#define SC_ALL(n) score_pos(B, c, p, 0, n)
-#define SC_ONE(n) score_pos(B, c, p, t, 1)
-  for (int64_t p = 0; p < common; p++) { const float* c = J->cache + p * ld; MLA_CASES(B->tb, SC_ALL) }
+#define SC_TWO(n) score_pos(B, c, p, 0, 2, n)
+#define SC_ALL(n) score_pos(B, c, p, 0, 1, n)
+  int64_t p = 0;
+  for (; p + 2 <= common; p += 2) { const float* c = J->cache + p * ld; MLA_CASES(B->tb, SC_TWO) }
+  for (; p < common; p++) { const float* c = J->cache + p * ld; MLA_CASES(B->tb, SC_ALL) }
   for (int t = 1; t < B->tb; t++)
-    for (int64_t p = common; p < common + t; p++) { const float* c = J->cache + p * ld; SC_ONE(1); }
+    for (p = common; p < common + t; p++) score_pos(B, J->cache + p * ld, p, t, 1, 1);
   for (int t = 0; t < B->tb; t++) {
     float* a = B->A + (int64_t)t * B->ns;
     int64_t npos = common + t;
