@@ -15,29 +15,9 @@
  * as zeros (x + 0 is not always x: −0 + 0 = +0). */
 #include "k3_mla_internal.h"
 
-typedef float v16 __attribute__((vector_size(64)));
-typedef float v8f __attribute__((vector_size(32)));
-typedef float v4f __attribute__((vector_size(16)));
-typedef float v2f __attribute__((vector_size(8)));
-typedef uint16_t u16x16 __attribute__((vector_size(32)));
-typedef uint32_t u32x16 __attribute__((vector_size(64)));
-
+#define K3V_T MLA_T
+#include "k3_v16.h"
 #define INL MLA_T __attribute__((always_inline)) static inline
-
-INL v16 vld(const float* p) { v16 v; memcpy(&v, p, sizeof v); return v; }
-INL void vst(float* p, v16 v) { memcpy(p, &v, sizeof v); }
-INL v16 ldbf(const uint16_t* p) {
-  u16x16 h;
-  memcpy(&h, p, sizeof h);
-  return (v16)(__builtin_convertvector(h, u32x16) << 16);
-}
-/* k3_tree16: v[j] += v[j+8], then +4, +2, +1, operands in that order. */
-INL float tree(v16 v) {
-  v8f a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) + __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
-  v4f b = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
-  v2f c = __builtin_shufflevector(b, b, 0, 1) + __builtin_shufflevector(b, b, 2, 3);
-  return c[0] + c[1];
-}
 
 /* Instantiates BODY(n) for the runtime count n = 1..MLA_TB (compile-time block sizes). */
 #if MLA_TB >= 4
