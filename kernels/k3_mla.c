@@ -48,13 +48,7 @@ K3_API int32_t k3_mla_attend(const float* q, const uint16_t* kv_b, const float* 
   if ((int64_t)pos0 + T > cache_rows) return K3_ERR_ARG;
   if (k3_mla_scratch_floats(R, pos0 + T) > scratch_floats) return K3_ERR_ARG;
   mla_job J = { q, kv_b, cache, out, scratch, Hm, dn, dr, dv, R, pos0, T, scale };
-  int32_t isa = k3_isa_current();
-  (void)isa;
-  k3_job_fn part = k3_mla_part_base;
-#if defined(__x86_64__)
-  if (isa == K3_ISA_AVX512) part = k3_mla_part_avx512;
-  else if (isa == K3_ISA_AVX2) part = k3_mla_part_avx2;
-#endif
+  k3_job_fn part = K3_ISA_PICK(k3_mla_part_base, k3_mla_part_avx2, k3_mla_part_avx512);
   k3_pool_run_if(part, &J, Hm == 1);
   return K3_OK;
 }
