@@ -1,19 +1,19 @@
 // k3_kda_recurrent at the host's vector width (issue 23, item 3: kernels/k3_kda_body.h built per
-// ISA, its four passes over each head's state fused into two) must give the bits of the kernel
-// before that change. GOLDEN holds the bit hashes of main's library at 5c6f5d4 (one build,
-// baseline x86-64; hashes of S then o), so this fails if any path, thread count or T drifts,
+// ISA, its four passes over each head's state fused into two) and k3_kda_conv_silu walking 16
+// channels at a time down the tokens must give the bits of the kernels before those changes.
+// GOLDEN holds the bit hashes of main's library at 5c6f5d4 (one build, baseline x86-64; S then o,
+// X then hist), so this fails if any path, thread count or T drifts,
 // even if every path drifted together. D: the slice's 128 and sizes with tails of every 16-lane
 // chunk; T in {1, 2, 5, 17, 64}; a state carried in (S ≠ 0); −0 inputs; gates from −8 to 0.
-import { describe, expect, setDefaultTimeout, test } from "bun:test";
-import { k, rng, randF32, withIsaThreads, bitsHash, allIsas } from "./kernels.helpers.ts";
+import { setDefaultTimeout } from "bun:test";
+import { k, rng, randF32, bitsHash, describePinnedBits, type PinnedCase } from "./kernels.helpers.ts";
 
 setDefaultTimeout(300_000);
 
 const TS = [1, 2, 5, 17, 64];
-type Case = { name: string; run: () => Float32Array[] };
 
-function cases(): Case[] {
-  const out: Case[] = [];
+function cases(): PinnedCase[] {
+  const out: PinnedCase[] = [];
   const r = rng(0x6bda);
   for (const [H, D] of [[2, 128], [3, 37], [1, 16], [4, 5]])
     for (const T of TS) {
@@ -24,18 +24,29 @@ function cases(): Case[] {
       v[1] = -0;
       out.push({
         name: `recurrent H${H} D${D} T${T}`,
-        run: () => {
+        hash: () => {
           const S = Float32Array.from(S0), o = new Float32Array(n);
           const st = k.k3_kda_recurrent(q, kk, v, g, beta, S, o, H, D, T);
           if (st !== 0) throw new Error(`k3_kda_recurrent status ${st}`);
-          return [S, o];
+          return `${bitsHash(S)} ${bitsHash(o)}`;
+        },
+      });
+    }
+  for (const C of [7, 100, 1000])
+    for (const T of TS) {
+      const X0 = randF32(r, T * C, -3, 3), w = randF32(r, C * 4, -1, 1), h0 = randF32(r, 3 * C, -3, 3);
+      X0[0] = -0;
+      out.push({
+        name: `conv_silu C${C} T${T}`,
+        hash: () => {
+          const X = Float32Array.from(X0), hist = Float32Array.from(h0);
+          k.k3_kda_conv_silu(X, w, hist, C, T);
+          return `${bitsHash(X)} ${bitsHash(hist)}`;
         },
       });
     }
   return out;
 }
-
-const hashOf = (c: Case) => c.run().map(bitsHash).join(" ");
 
 // Computed with main's library at 5c6f5d4.
 const GOLDEN: Record<string, string> = {
@@ -59,28 +70,21 @@ const GOLDEN: Record<string, string> = {
   "recurrent H4 D5 T5": "7e14f2fc569728e8 ce823506529a5264",
   "recurrent H4 D5 T17": "ae0a01a5a9976021 d19c06e140836e6c",
   "recurrent H4 D5 T64": "f0d1853e13f1b2f2 d5a97f5e4301cca8",
+  "conv_silu C7 T1": "f64f9fdce02a5298 a6479ebfd29d5e77",
+  "conv_silu C7 T2": "f6addc6201dfbb78 72040aa2a11fef00",
+  "conv_silu C7 T5": "3b7583447997f06e 9f1f6c9429c1fbd6",
+  "conv_silu C7 T17": "64bf5aff29ba8ffb b48f9582602ffe07",
+  "conv_silu C7 T64": "ae9e75ceee28831d 87e50b237c55a9a6",
+  "conv_silu C100 T1": "4454085323e5afa7 87564feaa206c550",
+  "conv_silu C100 T2": "ab3be23e586c8c91 e11d9bf86c0a7d04",
+  "conv_silu C100 T5": "c5c13034d9325e2d 9fe47fb19dc61b60",
+  "conv_silu C100 T17": "6ca5cdc9113b356a f8885e0a3e0d9eac",
+  "conv_silu C100 T64": "a6ab346d4c1cb064 e8485092d38675dc",
+  "conv_silu C1000 T1": "e183fab3a627bdde 805886a4a68a9476",
+  "conv_silu C1000 T2": "286c0b985f0e1599 269309f333c3847",
+  "conv_silu C1000 T5": "941196955e08b0d 7837381a7bb7dfb3",
+  "conv_silu C1000 T17": "c3e2982b8cf3d0cd c4c0f446fad70340",
+  "conv_silu C1000 T64": "be510911e59d784f 4e3c81e0a8bfeef6",
 };
 
-describe("KDA recurrence: the bits of main's kernels on every path", () => {
-  const all = cases();
-  if (process.env.K3_PRINT_GOLDEN) {
-    test("print", () => {
-      const g: Record<string, string> = {};
-      for (const c of all) g[c.name] = withIsaThreads(allIsas[0], 1, () => hashOf(c));
-      console.log(JSON.stringify(g, null, 2));
-    });
-    return;
-  }
-  for (const isa of allIsas)
-    for (const threads of [1, 2])
-      test(`ISA ${isa}, ${threads} thread(s): ${all.length} cases equal the pinned bits`, () => {
-        const bad: string[] = [];
-        withIsaThreads(isa, threads, () => {
-          for (const c of all) if (hashOf(c) !== GOLDEN[c.name]) bad.push(c.name);
-        });
-        expect(bad).toEqual([]);
-      });
-  test("every case has a pinned hash", () => {
-    expect(all.map((c) => c.name).filter((n) => !(n in GOLDEN))).toEqual([]);
-  });
-});
+describePinnedBits("KDA recurrence and short conv: the bits of main's kernels on every path", cases(), GOLDEN);

@@ -7,8 +7,8 @@
 // (tails of every dot16, R below 16, dr = 0); T in {1, 2, 5, 17, 64} hits every remainder of the
 // token blocks, pos0 in {0, 3, 40} the causal tail of a block at every offset. Inputs carry
 // −0 (q, cache, kv_b) and scores spread wide enough that some softmax weights underflow to 0.
-import { describe, expect, setDefaultTimeout, test } from "bun:test";
-import { k, rng, randF32, randBF16, withIsaThreads, bitsHash, allIsas } from "./kernels.helpers.ts";
+import { setDefaultTimeout } from "bun:test";
+import { k, rng, randF32, randBF16, bitsHash, describePinnedBits, type PinnedCase } from "./kernels.helpers.ts";
 
 // Every path × 2 thread counts × every case: about a second natively, ~10× that under qemu.
 setDefaultTimeout(300_000);
@@ -23,10 +23,8 @@ const SHAPES: Shape[] = [
 const TS = [1, 2, 5, 17, 64];
 const POS0 = [0, 3, 40];
 
-type Case = { name: string; run: () => Float32Array };
-
-function cases(): Case[] {
-  const out: Case[] = [];
+function cases(): PinnedCase[] {
+  const out: PinnedCase[] = [];
   const r = rng(0x6d1a);
   for (const s of SHAPES)
     for (const T of TS)
@@ -43,12 +41,12 @@ function cases(): Case[] {
         const scale = (dn + dr) ** -0.5;
         out.push({
           name: `Hm${Hm} dn${dn} dr${dr} dv${dv} R${R} T${T} pos0 ${pos0}`,
-          run: () => {
+          hash: () => {
             const o = new Float32Array(T * Hm * dv);
             const scratch = new Float32Array(Number(k.k3_mla_scratch_floats(R, npos)));
             const st = k.k3_mla_attend(q, kvb, cache, o, scratch, Hm, dn, dr, dv, R, pos0, T, scale, npos, scratch.length);
             if (st !== 0) throw new Error(`k3_mla_attend status ${st}`);
-            return o;
+            return bitsHash(o);
           },
         });
       }
@@ -119,26 +117,4 @@ const GOLDEN: Record<string, string> = {
   "Hm5 dn4 dr20 dv3 R9 T64 pos0 40": "5e6a8747f6b2e00e",
 };
 
-describe("k3_mla_attend: the bits of the one-head-token kernel on every path", () => {
-  const all = cases();
-  if (process.env.K3_PRINT_GOLDEN) {
-    test("print", () => {
-      const g: Record<string, string> = {};
-      for (const c of all) g[c.name] = withIsaThreads(allIsas[0], 1, () => bitsHash(c.run()));
-      console.log(JSON.stringify(g, null, 2));
-    });
-    return;
-  }
-  for (const isa of allIsas)
-    for (const threads of [1, 2])
-      test(`ISA ${isa}, ${threads} thread(s): ${all.length} cases equal the pinned bits`, () => {
-        const bad: string[] = [];
-        withIsaThreads(isa, threads, () => {
-          for (const c of all) if (bitsHash(c.run()) !== GOLDEN[c.name]) bad.push(c.name);
-        });
-        expect(bad).toEqual([]);
-      });
-  test("every case has a pinned hash", () => {
-    expect(all.map((c) => c.name).filter((n) => !(n in GOLDEN))).toEqual([]);
-  });
-});
+describePinnedBits("k3_mla_attend: the bits of the one-head-token kernel on every path", cases(), GOLDEN);
