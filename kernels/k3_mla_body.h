@@ -53,19 +53,31 @@ INL void qlat_chunks(const mla_blk* B, int32_t j, const int TB, const int JB) {
   for (int t = 0; t < TB; t++) for (int b = 0; b < JB; b++) vst(B->QL + (int64_t)t * R + j + 16 * b, acc[t][b]);
 }
 
-/* One token (decode): the same sums with q_lat in memory, row after row, so the kv_b rows stream
- * in address order (column blocks down the rows read them with a 1 KB stride, ~3× slower from
- * RAM); row d+PF_ROWS is prefetched. */
+/* One token (decode): the same sums with q_lat in memory, 4 rows at a time, so the kv_b rows
+ * stream in address order (column blocks down the rows read them with a 1 KB stride, ~1.5×
+ * slower from RAM); rows PF_ROWS ahead are prefetched. */
 #define PF_ROWS 8
 MLA_T static void qlat_one(const mla_blk* B) {
   const int32_t R = B->J->R, dn = B->J->dn, R16 = R - R % 16;
+  const float* qn = B->qn[0];
   float* ql = B->QL;
   for (int32_t j = 0; j < R16; j += 16) vst(ql + j, (v16){ 0 });
-  for (int32_t d = 0; d < dn; d++) {
+  int32_t d = 0;
+  for (; d + 4 <= dn; d += 4) { /* 4 rows side by side, added in d order: 4 streams in flight */
     const uint16_t* row = B->kb + (int64_t)d * R;
-    for (int32_t j = 0; j < R16; j += 16) __builtin_prefetch(row + (int64_t)PF_ROWS * R + j);
-    float qd = B->qn[0][d];
-    for (int32_t j = 0; j < R16; j += 16) vst(ql + j, vld(ql + j) + ldbf(row + j) * qd);
+    for (int32_t j = 0; j < 4 * R; j += 32) __builtin_prefetch(row + (int64_t)PF_ROWS * R + j);
+    for (int32_t j = 0; j < R16; j += 16) {
+      v16 acc = vld(ql + j);
+      acc = acc + ldbf(row + j) * qn[d];
+      acc = acc + ldbf(row + R + j) * qn[d + 1];
+      acc = acc + ldbf(row + 2 * R + j) * qn[d + 2];
+      acc = acc + ldbf(row + 3 * R + j) * qn[d + 3];
+      vst(ql + j, acc);
+    }
+  }
+  for (; d < dn; d++) {
+    const uint16_t* row = B->kb + (int64_t)d * R;
+    for (int32_t j = 0; j < R16; j += 16) vst(ql + j, vld(ql + j) + ldbf(row + j) * qn[d]);
   }
 }
 
