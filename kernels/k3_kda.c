@@ -6,16 +6,14 @@
 #include "k3_kda_internal.h"
 
 /* The recurrence: one body (k3_kda_body.h) per build, here the baseline (SSE2 / NEON); the AVX2
- * and AVX-512 builds are k3_kda_avx2.c / k3_kda_avx512.c, picked by k3_isa_current().
- * The body brings the v16 helpers (k3_v16.h) that the short conv below uses too. */
+ * and AVX-512 builds are k3_kda_avx2.c / k3_kda_avx512.c, picked by k3_isa_current(). */
 #define KDA_T
 #define KDA_PART k3_kda_part_base
 #include "k3_kda_body.h"
 
-
-/* Channels [c0, c1) one at a time, all T tokens (the tail of k3_kda_conv_silu). */
-static void conv_silu_channels(float* X, const float* w, float* hist, int32_t C, int32_t T, int32_t c0, int32_t c1) {
-  for (int32_t c = c0; c < c1; c++) {
+/* X: [T][C] in place; w: [C][4]; hist: [3][C] (hist[0] = x_{t−3} … hist[2] = x_{t−1}). */
+K3_API void k3_kda_conv_silu(float* X, const float* w, float* hist, int32_t C, int32_t T) {
+  for (int32_t c = 0; c < C; c++) {
     float h0 = hist[c], h1 = hist[C + c], h2 = hist[2 * C + c];
     const float* wc = w + (int64_t)c * 4;
     for (int32_t t = 0; t < T; t++) {
@@ -30,34 +28,6 @@ static void conv_silu_channels(float* X, const float* w, float* hist, int32_t C,
     }
     hist[c] = h0; hist[C + c] = h1; hist[2 * C + c] = h2;
   }
-}
-
-/* X: [T][C] in place; w: [C][4]; hist: [3][C] (hist[0] = x_{t−3} … hist[2] = x_{t−1}).
- * 16 channels at a time walk the tokens with their taps and history in v16s (each channel's
- * y = w0·h0 + w1·h1 + w2·h2 + w3·x in that order, as conv_silu_channels): one 64-byte piece of
- * each token row per step, where one channel at a time strode through all T rows 16 times over
- * (C = 12288, T = 256: 31 → 6.5 ms, same bits). */
-K3_API void k3_kda_conv_silu(float* X, const float* w, float* hist, int32_t C, int32_t T) {
-  const int32_t C16 = C - C % 16;
-  for (int32_t c = 0; c < C16; c += 16) {
-    float tap[4][16], y16[16];
-    for (int m = 0; m < 4; m++) for (int l = 0; l < 16; l++) tap[m][l] = w[(int64_t)(c + l) * 4 + m];
-    v16 w0 = vld(tap[0]), w1 = vld(tap[1]), w2 = vld(tap[2]), w3 = vld(tap[3]);
-    v16 h0 = vld(hist + c), h1 = vld(hist + C + c), h2 = vld(hist + 2 * C + c);
-    for (int32_t t = 0; t < T; t++) {
-      float* x = X + (int64_t)t * C + c;
-      v16 xt = vld(x);
-      v16 y = w0 * h0;
-      y = y + w1 * h1;
-      y = y + w2 * h2;
-      y = y + w3 * xt;
-      vst(y16, y);
-      for (int l = 0; l < 16; l++) x[l] = y16[l] * k3_sigmoidf(y16[l]);
-      h0 = h1; h1 = h2; h2 = xt;
-    }
-    vst(hist + c, h0); vst(hist + C + c, h1); vst(hist + 2 * C + c, h2);
-  }
-  conv_silu_channels(X, w, hist, C, T, C16, C);
 }
 
 /* x ← (float)(x · (1/sqrt(Σx² + eps)) · scale), Σ and the product in double. */

@@ -1,8 +1,8 @@
 // k3_kda_recurrent at the host's vector width (issue 23, item 3: kernels/k3_kda_body.h built per
-// ISA, its four passes over each head's state fused into two) and k3_kda_conv_silu walking 16
-// channels at a time down the tokens must give the bits of the kernels before those changes.
-// GOLDEN holds the bit hashes of main's library at 5c6f5d4 (one build, baseline x86-64; S then o,
-// X then hist), so this fails if any path, thread count or T drifts,
+// ISA, its four passes over each head's state fused into two) must give the bits of the kernel
+// before that change; k3_kda_conv_silu (same file, one build) is pinned beside it. GOLDEN holds
+// the bit hashes of main's library at 5c6f5d4 (one build, baseline x86-64; S then o, X then
+// hist), so this fails if any path, thread count or T drifts,
 // even if every path drifted together. D: the slice's 128 and sizes with tails of every 16-lane
 // chunk; T in {1, 2, 5, 17, 64}; a state carried in (S ≠ 0); −0 inputs; gates from −8 to 0.
 import { setDefaultTimeout } from "bun:test";
