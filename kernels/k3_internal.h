@@ -11,6 +11,14 @@
 
 /* Current ISA (set by k3_isa_set; auto on first use). */
 int32_t k3_isa_current(void);
+/* The build of a kernel body compiled per ISA (k3_v16.h) that the current ISA runs: on x86-64 the
+ * AVX-512 or AVX2 one, else the baseline (SSE2 on x86-64, NEON on aarch64). */
+#if defined(__x86_64__)
+#define K3_ISA_PICK(base, avx2, avx512) \
+  (k3_isa_current() == K3_ISA_AVX512 ? (avx512) : k3_isa_current() == K3_ISA_AVX2 ? (avx2) : (base))
+#else
+#define K3_ISA_PICK(base, avx2, avx512) (base)
+#endif
 
 /* Run fn(ctx, i, n) for i = 0..n−1 on the pool, n = the pool size (i = 0 on the caller).
  * Returns when all n calls have returned. Calls from several host threads are serialized. */

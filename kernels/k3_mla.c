@@ -7,73 +7,34 @@
  *   out[d] = dot16(kv_b[v-row d], o_lat)         (16-lane order)
  * dot16 is the matmuls' 16-lane order (k3_internal.h): a plain sequential sum over 512 dims
  * per cached position would be latency-bound. Heads split across the pool; each thread uses
- * its own scratch slot, so results are identical at any thread count and any T. */
-#include "k3_internal.h"
+ * its own scratch slot, so results are identical at any thread count and any T.
+ * One body (k3_mla_body.h) is built per ISA: here for the baseline (SSE2 / NEON), in
+ * k3_mla_avx2.c and k3_mla_avx512.c for wider vectors, picked by k3_isa_current(). It blocks
+ * each head's tokens (one pass over a kv_b row or a cache row serves up to 4 tokens) without
+ * changing any output's own operations: every path gives the bits of the one-head-token loop
+ * this file held before (pinned in test/kernels-mla-bits.test.ts). */
+#include "k3_mla_internal.h"
 
-static int64_t slot_floats(int32_t R, int32_t npos) { return 2 * (int64_t)R + npos; }
+/* The baseline build of the body (no target attribute): SSE2 on x86-64 (a v16 is four xmm, so
+ * small blocks), NEON on aarch64 (four q registers; 32 of them). */
+#define MLA_T
+#define MLA_PART k3_mla_part_base
+#if defined(__aarch64__)
+#define MLA_TB 4
+#define MLA_JB 1
+#define MLA_DB 2
+#define MLA_OT 2
+#else
+#define MLA_TB 2
+#define MLA_JB 1
+#define MLA_DB 1
+#define MLA_OT 2
+#endif
+#include "k3_mla_body.h"
 
 K3_API int64_t k3_mla_scratch_floats(int32_t R, int32_t npos) {
   if (R < 0 || npos < 0) return K3_ERR_ARG;
-  return (int64_t)K3_POOL_MAX_THREADS * slot_floats(R, npos);
-}
-
-typedef struct {
-  const float* q;        /* [T][Hm][dn+dr] */
-  const uint16_t* kv_b;  /* [Hm·(dn+dv)][R] bf16 */
-  const float* cache;    /* [npos][R+dr] */
-  float* out;            /* [T][Hm][dv] */
-  float* scratch;        /* K3_POOL_MAX_THREADS slots of slot_floats(R, pos0+T) */
-  int32_t Hm, dn, dr, dv, R, pos0, T;
-  float scale;
-} mla_job;
-
-static void mla_head_token(const mla_job* J, int32_t h, int32_t t, float* slot) {
-  int32_t R = J->R, dn = J->dn, dr = J->dr, dv = J->dv, ld = R + dr;
-  int32_t npos = J->pos0 + t + 1;
-  float* q_lat = slot;
-  float* o_lat = slot + R;
-  float* a = slot + 2 * (int64_t)R;
-  const float* qn = J->q + ((int64_t)t * J->Hm + h) * (dn + dr);
-  const float* qr = qn + dn;
-  const uint16_t* kb = J->kv_b + (int64_t)h * (dn + dv) * R; /* k_nope rows, then v rows */
-
-  for (int32_t j = 0; j < R; j++) q_lat[j] = 0.0f;
-  for (int32_t d = 0; d < dn; d++) {
-    const uint16_t* row = kb + (int64_t)d * R;
-    float qd = qn[d];
-    for (int32_t j = 0; j < R; j++) { float p = k3_bf16(row[j]) * qd; q_lat[j] += p; }
-  }
-
-  float mx = -INFINITY;
-  for (int32_t p = 0; p < npos; p++) {
-    const float* c = J->cache + (int64_t)p * ld;
-    float s = k3_dot16_f32(q_lat, c, R) + k3_dot16_f32(qr, c + R, dr);
-    s = J->scale * s;
-    a[p] = s;
-    if (s > mx) mx = s;
-  }
-  double sum = 0.0;
-  for (int32_t p = 0; p < npos; p++) { a[p] = k3_expf(a[p] - mx); sum += a[p]; }
-  for (int32_t p = 0; p < npos; p++) a[p] = (float)((double)a[p] / sum);
-
-  for (int32_t j = 0; j < R; j++) o_lat[j] = 0.0f;
-  for (int32_t p = 0; p < npos; p++) {
-    const float* c = J->cache + (int64_t)p * ld;
-    float ap = a[p];
-    for (int32_t j = 0; j < R; j++) { float v = ap * c[j]; o_lat[j] += v; }
-  }
-
-  float* o = J->out + ((int64_t)t * J->Hm + h) * dv;
-  for (int32_t d = 0; d < dv; d++) o[d] = k3_dot16_bf16(kb + (int64_t)(dn + d) * R, o_lat, R);
-}
-
-static void mla_part(void* ctx, int32_t i, int32_t n) {
-  mla_job* J = ctx;
-  float* slot = J->scratch + (int64_t)i * slot_floats(J->R, J->pos0 + J->T);
-  int64_t lo, hi;
-  k3_chunk(J->Hm, i, n, &lo, &hi);
-  for (int64_t h = lo; h < hi; h++)
-    for (int32_t t = 0; t < J->T; t++) mla_head_token(J, (int32_t)h, t, slot);
+  return (int64_t)K3_POOL_MAX_THREADS * k3_mla_slot_floats(R, npos);
 }
 
 /* Every size the kernel strides by is checked against what the caller says it allocated: the
@@ -87,6 +48,7 @@ K3_API int32_t k3_mla_attend(const float* q, const uint16_t* kv_b, const float* 
   if ((int64_t)pos0 + T > cache_rows) return K3_ERR_ARG;
   if (k3_mla_scratch_floats(R, pos0 + T) > scratch_floats) return K3_ERR_ARG;
   mla_job J = { q, kv_b, cache, out, scratch, Hm, dn, dr, dv, R, pos0, T, scale };
-  k3_pool_run_if(mla_part, &J, Hm == 1);
+  k3_job_fn part = K3_ISA_PICK(k3_mla_part_base, k3_mla_part_avx2, k3_mla_part_avx512);
+  k3_pool_run_if(part, &J, Hm == 1);
   return K3_OK;
 }

@@ -53,7 +53,7 @@ beforeAll(async () => {
 
 describe(`linux-arm64 under qemu-aarch64${SKIP}`, () => {
   test.skipIf(!!MISSING)(`kernel bit tests pass on arm64, NEON path included${SKIP}`, () => {
-    const files = ["kernels-matmul-bits", "kernels-strided", "kernels-libm-bits", "kernels-determinism", "kernels-q", "kernels-draft", "kernels-bx4", "crc"].map((f) => `test/${f}.test.ts`);
+    const files = ["kernels-matmul-bits", "kernels-mla-bits", "kernels-kda-bits", "kernels-strided", "kernels-libm-bits", "kernels-determinism", "kernels-q", "kernels-draft", "kernels-bx4", "crc"].map((f) => `test/${f}.test.ts`);
     // Emulated and on a shared machine a test can take ~10× its native time: bun's own 5 s
     // per-test limit is not a property of these tests (no timing is asserted).
     const r = arm64(["test", "--timeout", "300000", ...files], { asBun: true });
@@ -66,6 +66,9 @@ describe(`linux-arm64 under qemu-aarch64${SKIP}`, () => {
     // the strided / row-sliced calls on the NEON path (allIsas there: scalar, NEON)
     expect(r.err).toContain("(pass) strided matmuls: one call per row slice gives the whole product's bits > q4");
     expect(r.err).toContain("(pass) k3_rope_interleaved > golden bits"); // the draft's own sin/cos: the same bits there
+    // MLA attention and the KDA recurrence, built for NEON (ISA 3), against main's pinned bits
+    expect(r.err).toContain("(pass) k3_mla_attend: the bits of the one-head-token kernel on every path > ISA 3, 2 thread(s)");
+    expect(r.err).toContain("(pass) KDA recurrence and short conv: the bits of main's kernels on every path > ISA 3, 2 thread(s)");
     expect(r.err).toMatch(/ 0 fail/);
   });
 

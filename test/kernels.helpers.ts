@@ -1,5 +1,6 @@
 // Shared fixtures for the kernel tests: a seeded PRNG, random f32/bf16/MXFP4 data with edge
 // values, f64 views and the error bounds derived in docs/NUMERICS.md. Not a test file itself.
+import { describe, expect, test } from "bun:test";
 import { loadKernels, ISA } from "../src/kernels.ts";
 
 export const k = loadKernels();
@@ -94,4 +95,36 @@ export function expectWithin(got: ArrayLike<number>, want: ArrayLike<number>, bo
     const err = Math.abs(got[i] - want[i]);
     if (!(err <= b)) throw new Error(`${what}[${i}]: got ${got[i]}, want ${want[i]}, |err| ${err} > bound ${b}`);
   }
+}
+
+/** A case whose outputs are pinned: `hash` runs it and hashes the exact bits of what it wrote. */
+export type PinnedCase = { name: string; hash: () => string };
+
+/** One test per ISA path and thread count 1, 2: every case hashes to its GOLDEN entry (bits
+ *  computed once with an older library, so a drift on every path at once still fails), plus a
+ *  test that every case has an entry. With $K3_PRINT_GOLDEN set it prints the hashes of the
+ *  first path instead (how GOLDEN is made, against that library via $K3_KERNELS). */
+export function describePinnedBits(title: string, all: PinnedCase[], golden: Record<string, string>) {
+  describe(title, () => {
+    if (process.env.K3_PRINT_GOLDEN) {
+      test("print", () => {
+        const g: Record<string, string> = {};
+        for (const c of all) g[c.name] = withIsaThreads(allIsas[0], 1, c.hash);
+        console.log(JSON.stringify(g, null, 2));
+      });
+      return;
+    }
+    for (const isa of allIsas)
+      for (const threads of [1, 2])
+        test(`ISA ${isa}, ${threads} thread(s): ${all.length} cases equal the pinned bits`, () => {
+          const bad: string[] = [];
+          withIsaThreads(isa, threads, () => {
+            for (const c of all) if (c.hash() !== golden[c.name]) bad.push(c.name);
+          });
+          expect(bad).toEqual([]);
+        });
+    test("every case has a pinned hash", () => {
+      expect(all.map((c) => c.name).filter((n) => !(n in golden))).toEqual([]);
+    });
+  });
 }
