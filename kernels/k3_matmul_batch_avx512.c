@@ -4,10 +4,12 @@
  *    columns 10 loads for 24 multiply-add pairs.
  *  - MXFP4: 4 rows × 4 tokens; per group and output p = wa·xa + wb·xb, acc += p·s (5 vector ops
  *    per 32 weight·token products, the k3.h order). A group with scale 255 in some row of the
- *    block takes a merge-masked add for that row (skipped exactly). */
+ *    block takes a merge-masked add for that row (skipped exactly).
+ *  - MXFP4 with the scale fold (k3_matmul_internal.h): 4 rows × 5 tokens on a tile of w·s,
+ *    acc += wa·xa + wb·xb (4 vector ops per 32 weight·token products). */
 #include "k3_matmul_x86.h"
 
-enum { RBMAX = 4, TBD = 6, TBM = 4 };
+enum { RBMAX = 4, TBD = 6, TBM = 4, RBF = 4, TBF = 5 };
 
 T512 static void widen_bf16(const uint16_t* W, int64_t ldw, float* tile, int rows, int32_t n) {
   for (int i = 0; i < rows; i++)
@@ -29,6 +31,26 @@ T512 static void decode_mxfp4(const uint8_t* P, int64_t ldp, float* tile, int ro
       memcpy(&q, P + i * ldp + 8 * h, 8);
       __m512 w = _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_set1_epi64(q), cnt), tab);
       _mm512_store_ps(tile + i * KC + 16 * h, _mm512_permutexvar_ps(unpi, w));
+    }
+}
+
+/* The same tile with the fold (K3_FOLD_*): each row·group's 16-entry table is multiplied by its
+ * scale first (one vmulps; exact, every E2M1 value times 2^(E−127) inside the guard is a normal
+ * f32), so the tile holds w·s. */
+T512 static void decode_mxfp4_fold(const uint8_t* P, int64_t ldp, const uint8_t* S, int64_t lds, float* tile, int rows,
+                                   int32_t groups) {
+  const __m512 tab = _mm512_loadu_ps(k3_e2m1);
+  const __m512i cnt = _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
+  const __m512i unpi = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  for (int i = 0; i < rows; i++)
+    for (int32_t g = 0; g < groups; g++) {
+      const __m512 tabs = _mm512_mul_ps(tab, _mm512_set1_ps(k3_e8m0(S[i * lds + g])));
+      UNROLL for (int h = 0; h < 2; h++) {
+        int64_t q;
+        memcpy(&q, P + i * ldp + 16 * g + 8 * h, 8);
+        __m512 w = _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_set1_epi64(q), cnt), tabs);
+        _mm512_store_ps(tile + i * KC + 32 * g + 16 * h, _mm512_permutexvar_ps(unpi, w));
+      }
     }
 }
 
@@ -136,13 +158,53 @@ T512 static void mxfp4(const float* Wt, const float* St, const uint32_t* nan, in
   }
 }
 
+/* The fold's micro-kernel: on a tile of w·s (decode_mxfp4_fold), acc += wa·xa + wb·xb per group
+ * — 2 multiplies and 2 adds per 32 weight·token products. R × TB ≤ RBF × TBF accumulators +
+ * 2·R weights + 2 x (4 × 5: 30 of 32 zmm). */
+T512 INLINE void mxf_micro(const float* Wt, const float* X, int64_t ldx, float* A, int first, int32_t groups,
+                           const int R, const int TB) {
+  __m512 acc[RBF][TBF];
+  UNROLL for (int i = 0; i < R; i++) UNROLL for (int t = 0; t < TB; t++)
+    acc[i][t] = first ? _mm512_setzero_ps() : _mm512_load_ps(A + (i * TC + t) * 16);
+  for (int32_t g = 0; g < groups; g++) {
+    __m512 wa[RBF], wb[RBF];
+    UNROLL for (int i = 0; i < R; i++) {
+      wa[i] = _mm512_load_ps(Wt + i * KC + g * 32);
+      wb[i] = _mm512_load_ps(Wt + i * KC + g * 32 + 16);
+    }
+    UNROLL for (int t = 0; t < TB; t++) {
+      __m512 xa = _mm512_loadu_ps(X + t * ldx + g * 32), xb = _mm512_loadu_ps(X + t * ldx + g * 32 + 16);
+      UNROLL for (int i = 0; i < R; i++)
+        acc[i][t] = _mm512_add_ps(acc[i][t], _mm512_add_ps(_mm512_mul_ps(wa[i], xa), _mm512_mul_ps(wb[i], xb)));
+    }
+  }
+  UNROLL for (int i = 0; i < R; i++) UNROLL for (int t = 0; t < TB; t++) _mm512_store_ps(A + (i * TC + t) * 16, acc[i][t]);
+}
+
+#define MXF_R(R)                                                                                    \
+  switch (TB) {                                                                                     \
+    case 5: mxf_micro(Wt, X, ldx, A, first, groups, R, 5); break;                                   \
+    case 4: mxf_micro(Wt, X, ldx, A, first, groups, R, 4); break;                                   \
+    case 3: mxf_micro(Wt, X, ldx, A, first, groups, R, 3); break;                                   \
+    case 2: mxf_micro(Wt, X, ldx, A, first, groups, R, 2); break;                                   \
+    default: mxf_micro(Wt, X, ldx, A, first, groups, R, 1); break;                                  \
+  }
+T512 static void mxfold(const float* Wt, const float* X, int64_t ldx, float* A, int first, int32_t groups, int R, int TB) {
+  switch (R) {
+    case 4: MXF_R(4) break;
+    case 3: MXF_R(3) break;
+    case 2: MXF_R(2) break;
+    default: MXF_R(1) break;
+  }
+}
+
 T512 static void reduce(const float* A, int32_t n, float* y) {
   for (int32_t t = 0; t < n; t++) y[t] = tree_avx512(_mm512_load_ps(A + t * 16));
 }
 
 /* The table's tb is per kind: dense blocks 6 tokens, MXFP4 4 (register budget). */
 static const mm_batch_isa dense_isa = { RBMAX, TBD, widen_bf16, decode_mxfp4, decode_q8, decode_q4, dense, mxfp4, reduce };
-static const mm_batch_isa mx_isa = { RBMAX, TBM, widen_bf16, decode_mxfp4, decode_q8, decode_q4, dense, mxfp4, reduce };
+static const mm_batch_isa mx_isa = { RBMAX, TBM, widen_bf16, decode_mxfp4, decode_q8, decode_q4, dense, mxfp4, reduce, RBF, TBF, decode_mxfp4_fold, mxfold };
 T512 void k3_mm_bf16_batch_avx512(const mm_job* j, int64_t r0, int64_t r1) { k3_mm_batch_bf16(j, r0, r1, &dense_isa); }
 T512 void k3_mm_f32_batch_avx512(const mm_job* j, int64_t r0, int64_t r1) { k3_mm_batch_f32(j, r0, r1, &dense_isa); }
 T512 void k3_mm_mxfp4_batch_avx512(const mm_job* j, int64_t r0, int64_t r1) { k3_mm_batch_mxfp4(j, r0, r1, &mx_isa); }
