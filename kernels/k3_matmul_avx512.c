@@ -145,7 +145,7 @@ T512 INLINE void mx_block_x(const mm_job* j, int64_t r, int32_t t0, const int RB
     if (fold) { /* the scale fold (k3_matmul_internal.h): w·s decoded from a scaled table */
       UNROLL for (int i = 0; i < RB; i++) {
         const uint8_t* b = P + i * rb + g * 16;
-        const __m512 tabs = _mm512_mul_ps(tab, _mm512_set1_ps(k3_e8m0(S[i * G + g])));
+        const __m512 tabs = _mm512_mul_ps(tab, _mm512_set1_ps(k3_fold_scale(S[i * G + g])));
         wa[i] = e2m1x16_pi(b, tabs, cnt);
         wb[i] = e2m1x16_pi(b + 8, tabs, cnt);
       }

@@ -35,14 +35,15 @@ TAVX2 static void decode_mxfp4(const uint8_t* P, int64_t ldp, float* tile, int r
 
 /* The same tile with the fold (K3_FOLD_*): each row·group's magnitude table is multiplied by its
  * scale first (exact: every E2M1 magnitude times 2^(E−127) inside the guard is a normal f32, or
- * 0), then the sign bit is set as above (−0 stays −0 = −0·s). */
+ * 0; a skipped group's table is 0, k3_fold_scale), then the sign bit is set as above (−0 stays
+ * −0 = −0·s). */
 TAVX2 static void decode_mxfp4_fold(const uint8_t* P, int64_t ldp, const uint8_t* S, int64_t lds, float* tile, int rows,
                                     int32_t groups) {
   const __m256 mag = _mm256_loadu_ps(k3_e2m1);
   const __m256i shr = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
   for (int i = 0; i < rows; i++)
     for (int32_t g = 0; g < groups; g++) {
-      const __m256 mags = _mm256_mul_ps(mag, _mm256_set1_ps(k3_e8m0(S[i * lds + g])));
+      const __m256 mags = _mm256_mul_ps(mag, _mm256_set1_ps(k3_fold_scale(S[i * lds + g])));
       UNROLL for (int q = 0; q < 4; q++) {
         int32_t word;
         memcpy(&word, P + i * ldp + 16 * g + 4 * q, 4);

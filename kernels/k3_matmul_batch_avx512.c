@@ -36,7 +36,7 @@ T512 static void decode_mxfp4(const uint8_t* P, int64_t ldp, float* tile, int ro
 
 /* The same tile with the fold (K3_FOLD_*): each row·group's 16-entry table is multiplied by its
  * scale first (one vmulps; exact, every E2M1 value times 2^(E−127) inside the guard is a normal
- * f32), so the tile holds w·s. */
+ * f32 or ±0), so the tile holds w·s (±0 for a skipped group, k3_fold_scale). */
 T512 static void decode_mxfp4_fold(const uint8_t* P, int64_t ldp, const uint8_t* S, int64_t lds, float* tile, int rows,
                                    int32_t groups) {
   const __m512 tab = _mm512_loadu_ps(k3_e2m1);
@@ -44,7 +44,7 @@ T512 static void decode_mxfp4_fold(const uint8_t* P, int64_t ldp, const uint8_t*
   const __m512i unpi = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
   for (int i = 0; i < rows; i++)
     for (int32_t g = 0; g < groups; g++) {
-      const __m512 tabs = _mm512_mul_ps(tab, _mm512_set1_ps(k3_e8m0(S[i * lds + g])));
+      const __m512 tabs = _mm512_mul_ps(tab, _mm512_set1_ps(k3_fold_scale(S[i * lds + g])));
       UNROLL for (int h = 0; h < 2; h++) {
         int64_t q;
         memcpy(&q, P + i * ldp + 16 * g + 8 * h, 8);

@@ -88,14 +88,18 @@ static inline float k3_e8m0(uint8_t s) {
  * with scale s = 2^(E−127) is computed as acc += (w·s)·xa + (w·s)·xb instead of
  * acc += (w·xa + w·xb)·s (2 multiplies and 2 adds per 32 weight·tokens instead of 3 and 2), with the
  * same bits whenever no intermediate is subnormal or overflows. The guard that ensures it: every
- * scale of the group in E − 127 ∈ [−30, 30] (so E = 255, skipped, never folds) and every x the
- * group meets finite with x = ±0 or 2^-60 ≤ |x| ≤ 2^60. Calls, tiles or groups that fail it take
- * the unfolded code. */
+ * scale of the group with E − 127 ∈ [−30, 30] or E = 255, and every x the group meets finite with
+ * x = ±0 or 2^-60 ≤ |x| ≤ 2^60. E = 255 (the group is skipped) folds as w·s = ±0: with finite x
+ * the group then adds ±0, and acc + (±0) = acc exactly because an accumulator that starts at +0 is
+ * never −0 under round-to-nearest (x + y = −0 needs both −0). Calls, tiles or groups that fail the
+ * guard take the unfolded code. */
 #define K3_FOLD_E_MIN 97                 /* 2^-30 */
 #define K3_FOLD_E_MAX 157                /* 2^30 */
 #define K3_FOLD_X_MIN_BITS 0x21800000u   /* |x| bits of 2^-60 */
 #define K3_FOLD_X_MAX_BITS 0x5D800000u   /* |x| bits of 2^60 */
-static inline int k3_fold_e_ok(uint8_t e) { return (uint8_t)(e - K3_FOLD_E_MIN) <= K3_FOLD_E_MAX - K3_FOLD_E_MIN; }
+static inline int k3_fold_e_ok(uint8_t e) { return (uint8_t)(e - K3_FOLD_E_MIN) <= K3_FOLD_E_MAX - K3_FOLD_E_MIN || e == 255; }
+/* What a folded group's weights are multiplied by: s, or 0 for a skipped group (E = 255). */
+static inline float k3_fold_scale(uint8_t e) { return e == 255 ? 0.0f : k3_e8m0(e); }
 /* 1 when every x of rows [0, T) × cols (row stride ldx) is inside the fold's guard. */
 static inline int k3_fold_x_ok(const float* X, int64_t ldx, int32_t T, int32_t cols) {
   uint32_t bad = 0;

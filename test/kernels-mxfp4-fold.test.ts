@@ -1,7 +1,8 @@
 // The MXFP4 scale fold (docs/NUMERICS.md, "The scale fold"; kernels/k3_matmul_internal.h): the
 // several-token MXFP4 paths compute a group as acc += (w·s)·xa + (w·s)·xb instead of
 // acc += (w·xa + w·xb)·s, which gives the same bits only inside a guard (every scale of the group
-// with E − 127 ∈ [−30, 30], every x of the call or token chunk ±0 or 2^-60 ≤ |x| ≤ 2^60). Here
+// with E − 127 ∈ [−30, 30] or E = 255, which folds as a skipped group; every x of the call or token
+// chunk ±0 or 2^-60 ≤ |x| ≤ 2^60). Here
 // every ISA path this host has, at 1 and 2 threads, for T on both sides of the batched kernels'
 // threshold (8) and of a token chunk (32), gives the bits of the scalar path (which never folds):
 //  - inside the guard (the fold runs): random weights, x with ±0 and ±2^-60, ±2^60 mixed in, scales
@@ -10,8 +11,10 @@
 //    in some row panels and clean ones in others (tiles and groups fold or not one by one); one token
 //    with 2^-61, 2^61, subnormals, ±inf and NaN (its token chunk falls back, the others fold);
 //  - x far outside the guard (every x tiny, or every x huge) where folding would change bits.
-// Widening the guard in the kernels (every E, or every finite x) makes these fail: they are what
-// proves the guard is needed, not only sufficient.
+// Widening the guard in the kernels makes these fail (tried: every E; E down to 1 or up to 254; E =
+// 255 folded with its +inf scale; every finite x; x down to subnormals or 2^-126; every x): they are
+// what proves the guard is needed, not only sufficient. (Widening it a little, E 96..158 with x
+// 2^-61..2^65, changes no bit: the guard is sufficient with room, docs/NUMERICS.md.)
 import { describe, expect, test } from "bun:test";
 import { ISA } from "../src/kernels.ts";
 import { allIsas, k, rng, withIsaThreads, type Rng } from "./kernels.helpers.ts";
