@@ -5,11 +5,11 @@
  *  - MXFP4: 4 rows × 4 tokens; per group and output p = wa·xa + wb·xb, acc += p·s (5 vector ops
  *    per 32 weight·token products, the k3.h order). A group with scale 255 in some row of the
  *    block takes a merge-masked add for that row (skipped exactly).
- *  - MXFP4 with the scale fold (k3_matmul_internal.h): 4 rows × 5 tokens on a tile of w·s,
+ *  - MXFP4 with the scale fold (k3_matmul_internal.h): 4 rows × 4 tokens on a tile of w·s,
  *    acc += wa·xa + wb·xb (4 vector ops per 32 weight·token products). */
 #include "k3_matmul_x86.h"
 
-enum { RBMAX = 4, TBD = 6, TBM = 4, RBF = 4, TBF = 5 };
+enum { RBMAX = 4, TBD = 6, TBM = 4, RBF = 4, TBF = 4 };
 
 T512 static void widen_bf16(const uint16_t* W, int64_t ldw, float* tile, int rows, int32_t n) {
   for (int i = 0; i < rows; i++)
@@ -160,7 +160,9 @@ T512 static void mxfp4(const float* Wt, const float* St, const uint32_t* nan, in
 
 /* The fold's micro-kernel: on a tile of w·s (decode_mxfp4_fold), acc += wa·xa + wb·xb per group
  * — 2 multiplies and 2 adds per 32 weight·token products. R × TB ≤ RBF × TBF accumulators +
- * 2·R weights + 2 x (4 × 5: 30 of 32 zmm). */
+ * 2·R weights + 2 x (4 × 4: 26 of 32 zmm). Measured (AMD Zen 4, bench/kernels.ts, 1 thread, T = 32 and
+ * 256, vs 4 × 5): 4 × 4 1.01–1.02× (within noise; 4 divides the 32-token chunk), 3 × 7 0.92–0.98×,
+ * 2 × 7 0.95–0.97×. */
 T512 INLINE void mxf_micro(const float* Wt, const float* X, int64_t ldx, float* A, int first, int32_t groups,
                            const int R, const int TB) {
   __m512 acc[RBF][TBF];
@@ -183,7 +185,6 @@ T512 INLINE void mxf_micro(const float* Wt, const float* X, int64_t ldx, float* 
 
 #define MXF_R(R)                                                                                    \
   switch (TB) {                                                                                     \
-    case 5: mxf_micro(Wt, X, ldx, A, first, groups, R, 5); break;                                   \
     case 4: mxf_micro(Wt, X, ldx, A, first, groups, R, 4); break;                                   \
     case 3: mxf_micro(Wt, X, ldx, A, first, groups, R, 3); break;                                   \
     case 2: mxf_micro(Wt, X, ldx, A, first, groups, R, 2); break;                                   \
