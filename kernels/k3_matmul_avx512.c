@@ -15,10 +15,7 @@
  * π(2q) = q, π(2q+1) = 8+q — the same π for the c0..c0+15 half and the c0+16..c0+31 half, so
  * the pairing p[j] = w(c0+j)x(c0+j) + w(c0+16+j)x(c0+16+j) holds lane by lane once x is loaded
  * in π order (once per call for one token, else one vpermps per 16 x shared by the block's
- * rows). Before the halving tree the accumulator is permuted back to logical order.
- * Several tokens: a group inside the scale fold's guard (k3_matmul_internal.h) is decoded from the
- * table multiplied by its scale (w·s, one vmulps per row·group) and adds wa·xa + wb·xb: 2
- * multiplies per 32 weight·tokens instead of 3, the same bits. */
+ * rows). Before the halving tree the accumulator is permuted back to logical order. */
 #include "k3_matmul_x86.h"
 /* One-token dense products read rows of at least this many bytes 4 at a time (4 add chains, one
  * x load per 4 rows); shorter rows one at a time. Measured (docs/BENCH-KERNELS.md): with 14 KB
@@ -125,7 +122,7 @@ T512 INLINE __m512 e2m1x16_pi(const uint8_t* p8, __m512 tab, __m512i cnt) {
  * prefetches over a later block (k3_pf_target). A group whose scale is 255 in any of the block's
  * rows takes the masked path (merge-masked add = the group is skipped for that row, exactly). */
 T512 INLINE void mx_block_x(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB,
-                            const float* xpre, const int PF, const int fold_x) {
+                            const float* xpre, const int PF) {
   const int32_t cols = j->cols, G = cols / 32;
   const int64_t rb = cols / 2;
   const uint8_t* P = (const uint8_t*)j->W + r * rb;  /* [RB][cols/2] */
@@ -140,23 +137,7 @@ T512 INLINE void mx_block_x(const mm_job* j, int64_t r, int32_t t0, const int RB
   for (int32_t g = 0; g < G; g++) {
     if (PF) _mm_prefetch(next + (int64_t)g * RB * 16, _MM_HINT_T0); /* RB·16 ≤ 64 bytes read per group */
     __m512 wa[4], wb[4], s[4];
-    int nan_any = 0, fold = fold_x;
-    UNROLL for (int i = 0; i < RB; i++) fold &= k3_fold_e_ok(S[i * G + g]);
-    if (fold) { /* the scale fold (k3_matmul_internal.h): w·s decoded from a scaled table */
-      UNROLL for (int i = 0; i < RB; i++) {
-        const uint8_t* b = P + i * rb + g * 16;
-        const __m512 tabs = _mm512_mul_ps(tab, _mm512_set1_ps(k3_fold_scale(S[i * G + g])));
-        wa[i] = e2m1x16_pi(b, tabs, cnt);
-        wb[i] = e2m1x16_pi(b + 8, tabs, cnt);
-      }
-      UNROLL for (int t = 0; t < TB; t++) {
-        const float* xg = X + (int64_t)t * j->ldx + g * 32;
-        __m512 xa = _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg)), xb = _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg + 16));
-        UNROLL for (int i = 0; i < RB; i++)
-          acc[i][t] = _mm512_add_ps(acc[i][t], _mm512_add_ps(_mm512_mul_ps(wa[i], xa), _mm512_mul_ps(wb[i], xb)));
-      }
-      continue;
-    }
+    int nan_any = 0;
     UNROLL for (int i = 0; i < RB; i++) {
       const uint8_t* b = P + i * rb + g * 16;
       wa[i] = e2m1x16_pi(b, tab, cnt);        /* columns c0 .. c0+15 */
@@ -193,8 +174,8 @@ T512 INLINE void mx_block_x(const mm_job* j, int64_t r, int32_t t0, const int RB
     j->Y[(int64_t)(t0 + t) * j->ldy + r + i] = tree_avx512(_mm512_permutexvar_ps(unpi, acc[i][t]));
 }
 
-T512 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB, const int fold_x) {
-  mx_block_x(j, r, t0, RB, TB, NULL, 1, TB >= 2 && fold_x);
+T512 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB) {
+  mx_block_x(j, r, t0, RB, TB, NULL, 1);
 }
 
 /* One token (decode), cols ≤ XPRE_MAX_COLS: x is put in π order once per call, then rows run one
@@ -213,24 +194,21 @@ T512 void k3_mm_mxfp4_avx512(const mm_job* j, int64_t r0, int64_t r1) {
     float xp[XPRE_MAX_COLS] __attribute__((aligned(64)));   /* x in π order, 32 KB of stack at most */
     const __m512i pi = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
     for (int32_t c = 0; c < j->cols; c += 16) _mm512_store_ps(xp + c, _mm512_permutexvar_ps(pi, _mm512_loadu_ps(j->X + c)));
-    for (; r < r1; r++) mx_block_x(j, r, 0, 1, 1, xp, 0, 0);
+    for (; r < r1; r++) mx_block_x(j, r, 0, 1, 1, xp, 0);
     return;
   }
-  /* the fold's x guard once per call (T × cols reads next to rows × cols × T products); one token
-   * never folds (one scale multiply per row·group either way) */
-  const int fold_x = T >= 2 && k3_fold_x_ok(j->X, j->ldx, T, j->cols);
   for (; r + 4 <= r1; r += 4) {
     int32_t t = 0;
-    for (; t + 4 <= T; t += 4) mx_block(j, r, t, 4, 4, fold_x);
+    for (; t + 4 <= T; t += 4) mx_block(j, r, t, 4, 4);
     switch (T - t) {
-      case 3: mx_block(j, r, t, 4, 3, fold_x); break;
-      case 2: mx_block(j, r, t, 4, 2, fold_x); break;
-      case 1: mx_block(j, r, t, 4, 1, 0); break;
+      case 3: mx_block(j, r, t, 4, 3); break;
+      case 2: mx_block(j, r, t, 4, 2); break;
+      case 1: mx_block(j, r, t, 4, 1); break;
     }
   }
   for (; r < r1; r++) {
     int32_t t = 0;
-    for (; t + 4 <= T; t += 4) mx_block(j, r, t, 1, 4, fold_x);
-    for (; t < T; t++) mx_block(j, r, t, 1, 1, 0);
+    for (; t + 4 <= T; t += 4) mx_block(j, r, t, 1, 4);
+    for (; t < T; t++) mx_block(j, r, t, 1, 1);
   }
 }

@@ -84,15 +84,15 @@ static inline float k3_e8m0(uint8_t s) {
   return f;
 }
 
-/* The MXFP4 scale fold of the several-token paths (docs/NUMERICS.md, "The scale fold"): a group
+/* The MXFP4 scale fold of the batched paths (docs/NUMERICS.md, "The scale fold"): a group
  * with scale s = 2^(E−127) is computed as acc += (w·s)·xa + (w·s)·xb instead of
  * acc += (w·xa + w·xb)·s (2 multiplies and 2 adds per 32 weight·tokens instead of 3 and 2), with the
  * same bits whenever no intermediate is subnormal or overflows. The guard that ensures it: every
  * scale of the group with E − 127 ∈ [−30, 30] or E = 255, and every x the group meets finite with
  * x = ±0 or 2^-60 ≤ |x| ≤ 2^60. E = 255 (the group is skipped) folds as w·s = ±0: with finite x
  * the group then adds ±0, and acc + (±0) = acc exactly because an accumulator that starts at +0 is
- * never −0 under round-to-nearest (x + y = −0 needs both −0). Calls, tiles or groups that fail the
- * guard take the unfolded code. */
+ * never −0 under round-to-nearest (x + y = −0 needs both −0). x is checked per 32-token chunk,
+ * the scales per 8 × 512 tile; a chunk or tile that fails the guard takes the unfolded code. */
 #define K3_FOLD_E_MIN 97                 /* 2^-30 */
 #define K3_FOLD_E_MAX 157                /* 2^30 */
 #define K3_FOLD_X_MIN_BITS 0x21800000u   /* |x| bits of 2^-60 */

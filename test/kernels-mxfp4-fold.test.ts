@@ -1,10 +1,11 @@
 // The MXFP4 scale fold (docs/NUMERICS.md, "The scale fold"; kernels/k3_matmul_internal.h): the
-// several-token MXFP4 paths compute a group as acc += (w·s)·xa + (w·s)·xb instead of
+// batched MXFP4 paths (T ≥ 8) compute a group as acc += (w·s)·xa + (w·s)·xb instead of
 // acc += (w·xa + w·xb)·s, which gives the same bits only inside a guard (every scale of the group
 // with E − 127 ∈ [−30, 30] or E = 255, which folds as a skipped group; every x of the call or token
 // chunk ±0 or 2^-60 ≤ |x| ≤ 2^60). Here
 // every ISA path this host has, at 1 and 2 threads, for T on both sides of the batched kernels'
-// threshold (8) and of a token chunk (32), gives the bits of the scalar path (which never folds):
+// threshold (8: below it nothing folds) and of a token chunk (32), gives the bits of the scalar path
+// (which never folds):
 //  - inside the guard (the fold runs): random weights, x with ±0 and ±2^-60, ±2^60 mixed in, scales
 //    up to the guard's edges E = 97 and 157;
 //  - at and past the guard's edges, mixed in one call: scale bytes 0, 1, 96, 97, 157, 158, 254, 255
