@@ -6,7 +6,9 @@
  * Why it is exact. Each output Y[t][r] owns one 16-lane accumulator (lane j ← columns ≡ j mod 16,
  * the k3.h order) for its whole life. Micro-kernels only ever do acc += w·x (the product rounded
  * to f32, then added; no FMA) — the grouped formats (MXFP4, Q8, Q4): acc += (wa·xa + wb·xb)·s —
- * in increasing column order.
+ * in increasing column order. MXFP4 tiles inside the scale fold's guard (k3_matmul_internal.h)
+ * are decoded already multiplied by their power-of-two scale and run acc += wa·xa + wb·xb, which
+ * gives the same bits (the proof: docs/NUMERICS.md, "The scale fold").
  * Between column tiles the accumulator is parked in a stack scratch (a store and a load change
  * no bit). At the end the same halving tree and the same one-by-one tail as the scalar path.
  * Weights are first widened to f32 into a small tile: bf16 → f32, E2M1 → f32 and the int8 / int4
@@ -100,6 +102,8 @@ static void batch(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* i
   for (int32_t t0 = 0; t0 < T; t0 += TC) {
     const int32_t tc = T - t0 < TC ? T - t0 : TC;
     const float* X = j->X + (int64_t)t0 * j->ldx;
+    /* the fold's x guard, once per chunk (tc × cols reads next to rows × cols × tc products) */
+    const int fold_x = kind == MXFP4 && isa->mxfold && k3_fold_x_ok(X, j->ldx, tc, cols);
     for (int64_t p = r0; p < r1; p += RP) {
       const int rp = r1 - p < RP ? (int)(r1 - p) : RP;
       if (n == 0) memset(A, 0, sizeof(float) * 16 * (size_t)(rp * TC)); /* no column reaches a lane */
@@ -110,17 +114,22 @@ static void batch(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* i
         if (kind == F32) Wp = (const float*)j->W + p * cols + k0, ldw = cols;
         else if (kind == BF16 && j->decode) j->decode(j, p, k0, tile, KC, rp, kc);
         else if (kind == BF16) isa->widen_bf16((const uint16_t*)j->W + p * cols + k0, cols, tile, rp, kc);
-        else grouped_tile(j, kind, isa, p, rp, k0, kc, tile, sc, nan);
+        const int fold = fold_x && k3_fold_s_ok(j->S + p * (cols / 32) + k0 / 32, cols / 32, rp, kc / 32);
+        if (fold) isa->decode_mxfp4_fold((const uint8_t*)j->W + p * (cols / 2) + k0 / 2, cols / 2,
+                                         j->S + p * (cols / 32) + k0 / 32, cols / 32, tile, rp, kc / 32);
+        else if (grouped) grouped_tile(j, kind, isa, p, rp, k0, kc, tile, sc, nan);
         prefetch_next_tile(j, kind, p, rp, k0 + KC < n ? k0 + KC : -1, r1);
         /* token blocks outside, row blocks inside: the token block's x stays in L1 while the
          * panel's rows sweep the L1-resident tile */
-        for (int32_t t = 0; t < tc; t += isa->tb) {
-          const int tb = tc - t < isa->tb ? tc - t : isa->tb;
+        const int TBk = fold ? isa->tbf : isa->tb, RBk = fold ? isa->rbf : isa->rb;
+        for (int32_t t = 0; t < tc; t += TBk) {
+          const int tb = tc - t < TBk ? tc - t : TBk;
           const float* Xt = X + (int64_t)t * j->ldx + k0;
-          for (int rb = 0; rb < rp; rb += isa->rb) {
-            const int R = rp - rb < isa->rb ? rp - rb : isa->rb;
+          for (int rb = 0; rb < rp; rb += RBk) {
+            const int R = rp - rb < RBk ? rp - rb : RBk;
             float* At = A + (rb * TC + t) * 16;
-            if (grouped) isa->grouped(Wp + rb * ldw, sc + rb * KG, nan, rb, Xt, j->ldx, At, k0 == 0, kc / 32, R, tb);
+            if (fold) isa->mxfold(Wp + rb * ldw, Xt, j->ldx, At, k0 == 0, kc / 32, R, tb);
+            else if (grouped) isa->grouped(Wp + rb * ldw, sc + rb * KG, nan, rb, Xt, j->ldx, At, k0 == 0, kc / 32, R, tb);
             else isa->dense(Wp + rb * ldw, ldw, Xt, j->ldx, At, k0 == 0, kc, R, tb);
           }
         }

@@ -84,6 +84,44 @@ static inline float k3_e8m0(uint8_t s) {
   return f;
 }
 
+/* The MXFP4 scale fold of the batched paths (docs/NUMERICS.md, "The scale fold"): a group
+ * with scale s = 2^(E−127) is computed as acc += (w·s)·xa + (w·s)·xb instead of
+ * acc += (w·xa + w·xb)·s (2 multiplies and 2 adds per 32 weight·tokens instead of 3 and 2), with the
+ * same bits whenever no intermediate is subnormal or overflows. The guard that ensures it: every
+ * scale of the group with E − 127 ∈ [−30, 30] or E = 255, and every x the group meets finite with
+ * x = ±0 or 2^-60 ≤ |x| ≤ 2^60. E = 255 (the group is skipped) folds as w·s = ±0: with finite x
+ * the group then adds ±0, and acc + (±0) = acc exactly because an accumulator that starts at +0 is
+ * never −0 under round-to-nearest (x + y = −0 needs both −0). x is checked per 32-token chunk,
+ * the scales per 8 × 512 tile; a chunk or tile that fails the guard takes the unfolded code. */
+#define K3_FOLD_E_MIN 97                 /* 2^-30 */
+#define K3_FOLD_E_MAX 157                /* 2^30 */
+#define K3_FOLD_X_MIN_BITS 0x21800000u   /* |x| bits of 2^-60 */
+#define K3_FOLD_X_MAX_BITS 0x5D800000u   /* |x| bits of 2^60 */
+static inline int k3_fold_e_ok(uint8_t e) { return (uint8_t)(e - K3_FOLD_E_MIN) <= K3_FOLD_E_MAX - K3_FOLD_E_MIN || e == 255; }
+/* What a folded group's weights are multiplied by: s, or 0 for a skipped group (E = 255). */
+static inline float k3_fold_scale(uint8_t e) { return e == 255 ? 0.0f : k3_e8m0(e); }
+/* 1 when every x of rows [0, T) × cols (row stride ldx) is inside the fold's guard. */
+static inline int k3_fold_x_ok(const float* X, int64_t ldx, int32_t T, int32_t cols) {
+  uint32_t bad = 0;
+  for (int32_t t = 0; t < T; t++) {
+    const float* x = X + (int64_t)t * ldx;
+    for (int32_t c = 0; c < cols; c++) {
+      uint32_t a;
+      memcpy(&a, x + c, 4);
+      a &= 0x7FFFFFFFu;
+      bad |= (a != 0) & (a - K3_FOLD_X_MIN_BITS > K3_FOLD_X_MAX_BITS - K3_FOLD_X_MIN_BITS);
+    }
+  }
+  return !bad;
+}
+/* 1 when every scale of rows [0, rows) × groups (row stride lds) is inside the fold's guard. */
+static inline int k3_fold_s_ok(const uint8_t* S, int64_t lds, int rows, int32_t groups) {
+  uint32_t bad = 0;
+  for (int i = 0; i < rows; i++)
+    for (int32_t g = 0; g < groups; g++) bad |= !k3_fold_e_ok(S[i * lds + g]);
+  return !bad;
+}
+
 /* Software prefetch for multi-row blocks (MXFP4 several tokens, AVX2 MXFP4 token pairs, AVX-512
  * dense several tokens). A block reads RB rows side by side (RB interleaved streams); short rows
  * (MXFP4: 1.75 KB for 3584 columns) are too short for the hardware prefetcher to train on each
@@ -128,6 +166,12 @@ typedef struct {
   void (*grouped)(const float* Wt, const float* St, const uint32_t* nan, int row0, const float* X,
                   int64_t ldx, float* A, int first, int32_t groups, int R, int TB);
   void (*reduce)(const float* A, int32_t n, float* y); /* y[t] = halving tree of A[t·16 ..] */
+  /* The MXFP4 scale fold (K3_FOLD_*; NULL: this ISA never folds): the tile decoded already
+   * multiplied by its group's scale (S[i·lds + g], every one inside the guard), and the
+   * micro-kernel acc += wa·xa + wb·xb on it, register block rbf × tbf. */
+  int rbf, tbf;
+  void (*decode_mxfp4_fold)(const uint8_t* P, int64_t ldp, const uint8_t* S, int64_t lds, float* tile, int rows, int32_t groups);
+  void (*mxfold)(const float* Wt, const float* X, int64_t ldx, float* A, int first, int32_t groups, int R, int TB);
 } mm_batch_isa;
 void k3_mm_batch_f32(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa);
 void k3_mm_batch_bf16(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* isa);
