@@ -15,6 +15,11 @@ export const median = (xs: number[]): number => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 };
+/** The value after flag `name` on the command line (`--runs 3` → "3"), else `dflt`. */
+export const arg = (name: string, dflt: string): string => {
+  const i = process.argv.indexOf(name);
+  return i > 0 ? process.argv[i + 1]! : dflt;
+};
 /** A disk measurement that ran (not its error). */
 export const isDisk = (d: DiskResult | { error: string }): d is DiskResult => !("error" in d);
 const BUN = process.execPath;

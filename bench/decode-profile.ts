@@ -23,12 +23,9 @@ import { Engine, type EngineOptions } from "../src/engine.ts";
 import { loadKernels } from "../src/kernels.ts";
 import { Model } from "../src/model/forward.ts";
 import { cpuInfo, loadAvg } from "./machine.ts";
+import { arg, median } from "./common.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
-const arg = (name: string, dflt: string) => {
-  const i = process.argv.indexOf(name);
-  return i > 0 ? process.argv[i + 1]! : dflt;
-};
 const model = resolve(arg("--model", join(ROOT, "models/slice")));
 const ram = arg("--ram", "resident");
 const threads = Number(arg("--threads", "2"));
@@ -126,10 +123,6 @@ function memReadGBs(): number {
   for (let i = 0; i < 3; i++) best = Math.max(best, probeOnce());
   return best;
 }
-const median = (v: number[]) => {
-  const s = [...v].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
 
 /** Bytes a decoded token at position `pos` touches: trunk, head, top-k experts per MoE layer, MLA cache rows, KDA state (read + written). */
 function bytesTouched(pos: number): number {

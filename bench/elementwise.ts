@@ -11,11 +11,8 @@
 import { dlopen, FFIType } from "bun:ffi";
 import { loadKernels, ISA } from "../src/kernels.ts";
 import { cpuInfo, loadAvg } from "./machine.ts";
+import { arg } from "./common.ts";
 
-const arg = (name: string, dflt: string) => {
-  const i = process.argv.indexOf(name);
-  return i > 0 ? process.argv[i + 1]! : dflt;
-};
 const RUNS = Number(arg("--runs", "3"));
 const N = Number(arg("--n", String(1 << 20)));
 const threadCounts = arg("--threads", "1,2").split(",").map(Number);

@@ -14,13 +14,9 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { ISA, K3_STATUS, loadKernels } from "../src/kernels.ts";
 import { normalBf16Table } from "../tools/gen/bf16.ts";
 import { fillBytes } from "./weights.ts";
-import { median } from "./common.ts";
+import { arg, median } from "./common.ts";
 
 const k = loadKernels();
-const arg = (name: string, dflt: string) => {
-  const i = process.argv.indexOf(name);
-  return i > 0 ? process.argv[i + 1]! : dflt;
-};
 const RUNS = Number(arg("--runs", "3"));
 const Ts = arg("--T", "1,4,32").split(",").map(Number);
 const threadCounts = arg("--threads", "1,2").split(",").map(Number);

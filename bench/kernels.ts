@@ -16,11 +16,8 @@ import { loadKernels, ISA, symbols } from "../src/kernels.ts";
 import { bf16Set, mxfp4Set, q4Set } from "./weights.ts";
 import { peakGflops } from "./peak.ts";
 import { cpuInfo, loadAvg } from "./machine.ts";
+import { arg } from "./common.ts";
 
-const arg = (name: string, dflt: string) => {
-  const i = process.argv.indexOf(name);
-  return i > 0 ? process.argv[i + 1]! : dflt;
-};
 const RUNS = Number(arg("--runs", "3"));
 const Ts = arg("--T", "1,8,32,64,256").split(",").map(Number);
 const threadCounts = arg("--threads", [...new Set([1, 2, navigator.hardwareConcurrency])].filter((n) => n <= navigator.hardwareConcurrency).join(",")).split(",").map(Number);

@@ -31,6 +31,7 @@ import { Engine, TRUNK_FORMATS, type EngineOptions, type TrunkFormat } from "../
 import { writeFileAtomic, writeTarget } from "../src/files.ts";
 import { cpuInfo, loadAvg } from "./machine.ts";
 import { childMain, spawnChild } from "./child.ts";
+import { arg } from "./common.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
 
@@ -106,10 +107,6 @@ function runChild(spec: Spec): Result {
 if (process.argv[2] === "--child") await childMain(runChild);
 
 // ---------------------------------------------------------------- parent
-const arg = (name: string, dflt: string) => {
-  const i = process.argv.indexOf(name);
-  return i > 0 ? process.argv[i + 1]! : dflt;
-};
 const model = resolve(arg("--model", join(ROOT, "models/slice")));
 const prompts = arg("--prompts", "256,1024").split(",").map(Number);
 const budgets = arg("--budgets", "resident,6G").split(",");

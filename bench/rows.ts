@@ -21,6 +21,7 @@ import { streamCompletion } from "../src/conversation.ts";
 import { writeFileAtomic, writeTarget } from "../src/files.ts";
 import { loadAvg } from "./machine.ts";
 import { childMain, spawnChild } from "./child.ts";
+import { arg } from "./common.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
 
@@ -125,10 +126,6 @@ async function child(spec: Spec): Promise<Result> {
 if (import.meta.main && process.argv[2] === "--child") await childMain(child);
 
 // ---------------------------------------------------------------- parent
-const arg = (name: string, dflt: string) => {
-  const i = process.argv.indexOf(name);
-  return i > 0 ? process.argv[i + 1]! : dflt;
-};
 if (import.meta.main) {
   const spec: Spec = {
     model: resolve(arg("--model", join(ROOT, "models/slice"))),

@@ -17,7 +17,6 @@ K3_API double k3_peak_flops(int32_t isa, int32_t mode, int64_t iters) {
 }
 #else
 #include <immintrin.h>
-#include <cpuid.h>
 
 #define NCH K3_PEAK_CHAINS
 
@@ -71,14 +70,10 @@ static void peak_part(void* ctx, int32_t i, int32_t n) {
   j->sink[i] = j->isa == K3_ISA_AVX512 ? peak_avx512(j->mode, j->iters) : peak_avx2(j->mode, j->iters);
 }
 
-static int has_fma(void) {
-  unsigned a, b, c, d;
-  return __get_cpuid(1, &a, &b, &c, &d) && ((c >> 12) & 1);
-}
 
 K3_API double k3_peak_flops(int32_t isa, int32_t mode, int64_t iters) {
   if ((isa != K3_ISA_AVX2 && isa != K3_ISA_AVX512) || !k3_isa_supported(isa)) return -1;
-  if ((mode != 0 && mode != 1) || iters < 0 || (mode == 1 && !has_fma())) return -1;
+  if ((mode != 0 && mode != 1) || iters < 0 || (mode == 1 && !k3_cpu_has_fma())) return -1;
   peak_job j = { .isa = isa, .mode = mode, .iters = iters };
   k3_pool_run(peak_part, &j);
   return 2.0 * (isa == K3_ISA_AVX512 ? 16 : 8) * NCH * (double)iters * k3_pool_size();
