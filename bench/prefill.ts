@@ -20,10 +20,15 @@
 //   planner  this library at the planner's chunk (no --chunk)  (kernels + chunk choice)
 //   oldplan  the old library at the planner's chunk            (planner vs oldplan: the kernels
 //            at the chunk the engine uses)
+//   cN       this library at chunk N (e.g. c128, c256): one chunk at every budget, so a
+//            streamed budget and resident can be compared at equal kernel shapes
+// Beside the time each run records where its wall time went that no kernel explains: seconds
+// waited on reads (ioWaitS), user and system CPU seconds, the host's steal time (/proc/stat,
+// a VM's vCPUs taken by the host), expert requests and hits, and whether reads were O_DIRECT.
 // Every run of one prompt must give the same last-logit bits (arms, budgets, runs): checked.
 // GFLOP/s counts the weight math of the pass (2 per weight·token: every matmul the forward pass
 // makes, and lm_head once), not attention scores or elementwise work.
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { createHash } from "node:crypto";
 import { join, resolve } from "node:path";
 import type { ModelConfig } from "../src/checkpoint/types.ts";
@@ -55,6 +60,13 @@ interface Result {
   cpuS?: number;
   bytesRead?: number;
   reads?: number;
+  ioWaitS?: number;
+  userS?: number;
+  sysS?: number;
+  stealS?: number;
+  expertRequests?: number;
+  expertHits?: number;
+  ioMode?: string;
   flops?: number;
   logitsSha?: string;
   load?: string;
@@ -75,6 +87,16 @@ export function weightFlops(c: ModelConfig, tokens: number): number {
   return 2 * (perToken * tokens + c.vocab * E);
 }
 
+/** Seconds of steal time the host took from this VM's vCPUs so far (/proc/stat; 0 when not there). */
+function stealSeconds(): number {
+  try {
+    const cpu = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/);
+    return Number(cpu[8] ?? 0) / 100; // USER_HZ = 100 on Linux
+  } catch {
+    return 0;
+  }
+}
+
 function runChild(spec: Spec): Result {
   const opts: EngineOptions = { threads: spec.threads, isa: spec.isa, chunk: spec.chunk, trunk: spec.trunk };
   if (spec.budget === "resident") opts.resident = true;
@@ -85,9 +107,9 @@ function runChild(spec: Spec): Result {
     const prompt = Array.from({ length: spec.promptTokens }, (_, i) => (i * 7919 + 13) % engine.config.vocab);
     if (spec.warm) engine.prefill(s, prompt), s.reset();
     const before = engine.stats();
-    const c0 = process.cpuUsage(), t0 = performance.now();
+    const st0 = stealSeconds(), c0 = process.cpuUsage(), t0 = performance.now();
     const logits = engine.prefill(s, prompt);
-    const prefillS = (performance.now() - t0) / 1000, c = process.cpuUsage(c0);
+    const prefillS = (performance.now() - t0) / 1000, c = process.cpuUsage(c0), stealS = stealSeconds() - st0;
     const after = engine.stats();
     return {
       ok: true,
@@ -96,6 +118,13 @@ function runChild(spec: Spec): Result {
       cpuS: (c.user + c.system) / 1e6,
       bytesRead: after.trunkBytesRead + after.expertBytesRead - before.trunkBytesRead - before.expertBytesRead,
       reads: after.reads - before.reads,
+      ioWaitS: (after.ioWaitMs - before.ioWaitMs) / 1000,
+      userS: c.user / 1e6,
+      sysS: c.system / 1e6,
+      stealS,
+      expertRequests: after.expertRequests - before.expertRequests,
+      expertHits: after.expertHits - before.expertHits,
+      ioMode: after.ioMode,
       flops: weightFlops(engine.config, prompt.length),
       logitsSha: createHash("sha256").update(new Uint8Array(logits.buffer, logits.byteOffset, logits.byteLength)).digest("hex"),
     };
@@ -125,7 +154,15 @@ const say = (s: string) => process.stderr.write(`[prefill] ${s}\n`);
 
 const { peakGflops } = await import("./peak.ts");
 const isaId = isa === "avx2" ? 1 : 2;
-const arms = armNames.map((a) => ({ arm: a, lib: a === "today" || a === "oldplan" ? oldLib : undefined, chunk: a === "planner" || a === "oldplan" ? undefined : 32 }));
+/** The chunk an arm runs at: the planner's (undefined), 32, or N for an arm "cN". */
+function armChunk(a: string): number | undefined {
+  if (a === "planner" || a === "oldplan") return undefined;
+  if (a === "today" || a === "kernels") return 32;
+  const m = /^c([1-9]\d*)$/.exec(a);
+  if (!m) throw new Error(`--arms: unknown arm ${JSON.stringify(a)} (today, kernels, planner, oldplan or cN)`);
+  return Number(m[1]);
+}
+const arms = armNames.map((a) => ({ arm: a, lib: a === "today" || a === "oldplan" ? oldLib : undefined, chunk: armChunk(a) }));
 const rows: { key: string; spec: Spec; results: Result[] }[] = [];
 for (const n of prompts) for (const b of budgets) for (const a of arms)
   rows.push({ key: `${n}/${b}/${a.arm}`, spec: { model, budget: b, arm: a.arm, lib: a.lib, chunk: a.chunk, threads, isa, trunk, warm, promptTokens: n }, results: [] });
@@ -139,8 +176,14 @@ for (let run = 1; run <= RUNS; run++) {
     const r = spawnChild<Result>(import.meta.path, row.spec, row.spec.lib);
     r.load = load;
     row.results.push(r);
-    say(`${row.key}: ${r.ok ? `${(row.spec.promptTokens / r.prefillS!).toFixed(2)} tok/s (chunk ${r.chunk}, ${(r.prefillS!).toFixed(1)} s)` : r.error}`);
+    say(`${row.key}: ${r.ok ? `${(row.spec.promptTokens / r.prefillS!).toFixed(2)} tok/s (chunk ${r.chunk}, ${r.prefillS!.toFixed(1)} s; ${where(r)})` : r.error}`);
   }
+}
+
+/** Where a run's time went beside the kernels: read waits, CPU, steal, bytes, experts. */
+function where(r: Result): string {
+  const hits = r.expertRequests ? `, experts ${r.expertHits}/${r.expertRequests} hits` : "";
+  return `read wait ${r.ioWaitS!.toFixed(2)} s, CPU user ${r.userS!.toFixed(1)} + sys ${r.sysS!.toFixed(1)} s, steal ${r.stealS!.toFixed(1)} s, ${(r.bytesRead! / 1e9).toFixed(1)} GB in ${r.reads} reads${hits}, ${r.ioMode}`;
 }
 
 // ---------------------------------------------------------------- report

@@ -19,7 +19,7 @@
 import type { DraftConfig } from "../checkpoint/draft-config.ts";
 import type { ModelConfig } from "../checkpoint/types.ts";
 import { loadKernels } from "../kernels.ts";
-import { allocationBytes, type CBuf, type CBuffers } from "./cmem.ts";
+import { allocationBytes, viewOf, type CBuf, type CBuffers } from "./cmem.ts";
 
 export interface ForwardShape {
   rows: number;
@@ -52,15 +52,27 @@ export function passShape(chunk: number, parallel: number, context: number, draf
 }
 
 type Elements = (c: ModelConfig, s: ForwardShape) => number;
+/**
+ * Parts of a layer whose scratch is never live at the same time: a layer runs one attention
+ * (KDA or MLA) and then one FFN (dense or MoE), each reading xn and leaving its result in `a` or
+ * `m` (buffers of no phase), so the four share one region (PHASE_REGION): each phase's buffers lie
+ * end to end from its start. Only what a phase writes and reads inside itself belongs to it (the
+ * router stays apart: the decode lookahead runs it between layers; so do the verify records,
+ * which outlive the pass). Without the sharing the phases' scratch is ~2.3× larger (the slice
+ * model: 1.34 against 0.59 MB per row), which the planner would take from pinned trunk and expert
+ * slots, or from the prefill chunk (docs/BENCH-KERNELS.md, "Streamed prefill").
+ */
+export type Phase = "kda" | "mla" | "dense" | "moe";
 interface Spec {
   elements: Elements;
   i32?: true;
+  phase?: Phase;
 }
 
 const kdaWidth = (c: ModelConfig) => c.kdaHeads * c.kdaHeadDim;
 /** AttnRes block snapshots a pass can hold (the running sum P is the extra source). */
 export const bankSlots = (c: ModelConfig) => Math.ceil(c.numLayers / c.attnResBlock);
-const perRow = (n: (c: ModelConfig) => number): Spec => ({ elements: (c, s) => s.rows * n(c) });
+const perRow = (n: (c: ModelConfig) => number, phase?: Phase): Spec => ({ elements: (c, s) => s.rows * n(c), phase });
 const perLogitRow = (n: (c: ModelConfig) => number): Spec => ({ elements: (c, s) => s.logitRows * n(c) });
 const kdaLayerCount = (c: ModelConfig) => c.layerKinds.filter((k) => k === "kda").length;
 /** Speculation only: n elements when the shape has drafts, else nothing. */
@@ -82,40 +94,40 @@ export const FORWARD_BUFFERS = {
   a: perRow((c) => c.hidden), // attention output
   m: perRow((c) => c.hidden), // FFN output
   // KDA
-  kda_q: perRow(kdaWidth),
-  kda_k: perRow(kdaWidth),
-  kda_v: perRow(kdaWidth),
-  kda_g: perRow(kdaWidth), // decay gate
-  kda_gp: perRow(kdaWidth), // output gate
-  kda_o: perRow(kdaWidth),
-  kda_fa: perRow((c) => c.kdaHeadDim), // f_a projection
-  kda_beta: perRow((c) => c.kdaHeads),
+  kda_q: perRow(kdaWidth, "kda"),
+  kda_k: perRow(kdaWidth, "kda"),
+  kda_v: perRow(kdaWidth, "kda"),
+  kda_g: perRow(kdaWidth, "kda"), // decay gate
+  kda_gp: perRow(kdaWidth, "kda"), // output gate
+  kda_o: perRow(kdaWidth, "kda"),
+  kda_fa: perRow((c) => c.kdaHeadDim, "kda"), // f_a projection
+  kda_beta: perRow((c) => c.kdaHeads, "kda"),
   // MLA
-  mla_qa: perRow((c) => c.qLoraRank),
-  mla_q: perRow((c) => c.mlaHeads * (c.qkNope + c.qkRope)),
-  mla_c: perRow((c) => c.kvLoraRank + c.qkRope), // [c_kv | k_rope] before the norm
-  mla_o: perRow((c) => c.mlaHeads * c.vHead),
-  mla_gate: perRow((c) => c.mlaHeads * c.vHead),
-  mla_scratch: { elements: (c, s) => Number(loadKernels().k3_mla_scratch_floats(c.kvLoraRank, s.context)) },
+  mla_qa: perRow((c) => c.qLoraRank, "mla"),
+  mla_q: perRow((c) => c.mlaHeads * (c.qkNope + c.qkRope), "mla"),
+  mla_c: perRow((c) => c.kvLoraRank + c.qkRope, "mla"), // [c_kv | k_rope] before the norm
+  mla_o: perRow((c) => c.mlaHeads * c.vHead, "mla"),
+  mla_gate: perRow((c) => c.mlaHeads * c.vHead, "mla"),
+  mla_scratch: { elements: (c, s) => Number(loadKernels().k3_mla_scratch_floats(c.kvLoraRank, s.context)), phase: "mla" },
   // dense FFN (layers before first_k_dense_replace; none when there are none)
-  dense_g: perRow((c) => (c.firstKDense > 0 ? c.denseInter : 0)),
-  dense_u: perRow((c) => (c.firstKDense > 0 ? c.denseInter : 0)),
+  dense_g: perRow((c) => (c.firstKDense > 0 ? c.denseInter : 0), "dense"),
+  dense_u: perRow((c) => (c.firstKDense > 0 ? c.denseInter : 0), "dense"),
   // shared experts
-  sh_g: perRow((c) => c.numSharedExperts * c.moeInter),
-  sh_u: perRow((c) => c.numSharedExperts * c.moeInter),
-  sh_d: perRow((c) => c.hidden),
+  sh_g: perRow((c) => c.numSharedExperts * c.moeInter, "moe"),
+  sh_u: perRow((c) => c.numSharedExperts * c.moeInter, "moe"),
+  sh_d: perRow((c) => c.hidden, "moe"),
   // router
   router_logits: perRow((c) => c.numExperts),
   router_idx: { ...perRow((c) => c.topK), i32: true },
   router_w: perRow((c) => c.topK),
   // routed experts (latent space): one expert runs on at most `rows` rows at a time
-  z: perRow((c) => c.latent), // routed_expert_down_proj · x
-  xe: perRow((c) => c.latent), // the rows one expert serves, gathered
-  ge: perRow((c) => c.moeInter),
-  ue: perRow((c) => c.moeInter),
-  ye: perRow((c) => c.latent),
-  yall: perRow((c) => c.topK * c.latent), // [rows][topK][latent]: each expert's output by rank
-  y: perRow((c) => c.latent), // Σ_rank w·y_e
+  z: perRow((c) => c.latent, "moe"), // routed_expert_down_proj · x
+  xe: perRow((c) => c.latent, "moe"), // the rows one expert serves, gathered
+  ge: perRow((c) => c.moeInter, "moe"),
+  ue: perRow((c) => c.moeInter, "moe"),
+  ye: perRow((c) => c.latent, "moe"),
+  yall: perRow((c) => c.topK * c.latent, "moe"), // [rows][topK][latent]: each expert's output by rank
+  y: perRow((c) => c.latent, "moe"), // Σ_rank w·y_e
   // final mix, norm, lm_head (logit rows only)
   final_bank: perLogitRow((c) => bankSlots(c) * c.hidden), // [bankSlots][logitRows][E]: the logit rows' snapshots, gathered
   final_h: perLogitRow((c) => c.hidden),
@@ -138,16 +150,38 @@ export type ForwardBuffers = { readonly [K in ForwardBufferName]: CBuf };
 /** Bytes of one buffer as the model asks for it. */
 const specBytes = (spec: Spec, cfg: ModelConfig, shape: ForwardShape) => 4 * spec.elements(cfg, shape);
 
+/** Where each phase's buffers lie in the shared region (byte offsets from its start), and the
+ *  region's size: the largest phase. Deterministic, so the planner's sum is what the model takes. */
+function phaseLayout(cfg: ModelConfig, shape: ForwardShape): { offsets: Map<ForwardBufferName, number>; regionBytes: number } {
+  const offsets = new Map<ForwardBufferName, number>();
+  const end = new Map<Phase, number>();
+  for (const [name, spec] of Object.entries(FORWARD_BUFFERS) as [ForwardBufferName, Spec][]) {
+    if (!spec.phase) continue;
+    const at = end.get(spec.phase) ?? 0;
+    offsets.set(name, at);
+    end.set(spec.phase, at + allocationBytes(specBytes(spec, cfg, shape)));
+  }
+  return { offsets, regionBytes: Math.max(0, ...end.values()) };
+}
+
+/** Name of the shared region in allocation messages (and the planner's tests). */
+export const PHASE_REGION = "phase scratch (KDA | MLA | dense FFN | MoE)";
+
 export function allocForwardBuffers(mem: CBuffers, cfg: ModelConfig, shape: ForwardShape): ForwardBuffers {
   const out: Partial<Record<ForwardBufferName, CBuf>> = {};
-  for (const [name, spec] of Object.entries(FORWARD_BUFFERS) as [ForwardBufferName, Spec][]) out[name] = mem.alloc(specBytes(spec, cfg, shape), name);
+  const { offsets, regionBytes } = phaseLayout(cfg, shape);
+  const region = mem.alloc(regionBytes, PHASE_REGION);
+  for (const [name, spec] of Object.entries(FORWARD_BUFFERS) as [ForwardBufferName, Spec][]) {
+    const bytes = specBytes(spec, cfg, shape);
+    out[name] = spec.phase ? viewOf(region, offsets.get(name)!, allocationBytes(bytes)) : mem.alloc(bytes, name);
+  }
   return out as ForwardBuffers;
 }
 
 /** Bytes allocForwardBuffers takes (allocation granularity included). */
 export function forwardBufferBytes(cfg: ModelConfig, shape: ForwardShape): number {
-  let total = 0;
-  for (const spec of Object.values(FORWARD_BUFFERS) as Spec[]) total += allocationBytes(specBytes(spec, cfg, shape));
+  let total = allocationBytes(phaseLayout(cfg, shape).regionBytes);
+  for (const spec of Object.values(FORWARD_BUFFERS) as Spec[]) if (!spec.phase) total += allocationBytes(specBytes(spec, cfg, shape));
   return total;
 }
 

@@ -23,6 +23,21 @@ export interface CBuf {
  *  with this rule too, so its figures are what CBuffers really allocates. */
 export const allocationBytes = (bytes: number): number => Math.max(64, Math.ceil(bytes / 64) * 64);
 
+/** `bytes` of `buf` from byte `offset` (64-byte aligned) as a buffer of its own: freed with `buf`,
+ *  never by itself (CBuffers.free knows only what it allocated). */
+export function viewOf(buf: CBuf, offset: number, bytes: number): CBuf {
+  if (offset % 64 !== 0 || offset < 0 || offset + bytes > buf.bytes) throw new K3Error("INTERNAL", `a view of ${bytes} bytes at ${offset} does not fit a ${buf.bytes}-byte buffer`);
+  return bufAt(at(buf.ptr, offset), bytes);
+}
+
+/** The CBuf of `bytes` at `p`. Views are created on demand: a JS ArrayBuffer over C memory has no finalizer. */
+const bufAt = (p: Addr, bytes: number): CBuf => ({
+  ptr: p,
+  bytes,
+  f32: () => new Float32Array(toArrayBuffer(p, 0, bytes)),
+  i32: () => new Int32Array(toArrayBuffer(p, 0, bytes)),
+});
+
 /** C bytes allocated through CBuffers in this process and not yet freed (every k3 C allocation
  *  goes through CBuffers): tests hold owners to freeing what they allocated. */
 let liveBytes = 0;
@@ -37,13 +52,7 @@ export class CBuffers {
     const size = allocationBytes(bytes);
     const p = Number(this.k.k3_mem_alloc(size, align)) as Addr; // null → 0
     if (!p) throw new K3Error("INTERNAL", `out of memory allocating ${size} bytes for ${what}`);
-    const buf: CBuf = {
-      ptr: p,
-      bytes: size,
-      // Views are created on demand: a JS ArrayBuffer over C memory has no finalizer.
-      f32: () => new Float32Array(toArrayBuffer(p, 0, size)),
-      i32: () => new Int32Array(toArrayBuffer(p, 0, size)),
-    };
+    const buf = bufAt(p, size);
     this.bufs.push(buf);
     liveBytes += size;
     return buf;
