@@ -7,23 +7,20 @@
 #endif
 
 /* Every allocation carries a 64-byte header just below the returned pointer: how it was made and
- * how to undo it. Large buffers (weights, slots, caches: ≥ 4 MiB) are anonymous mappings, faulted
- * in bulk at allocation, zeroed, so peak RSS reflects the whole plan at once (MAP_POPULATE: 0.32
- * s/GiB here, against 0.56 s/GiB for posix_memalign + memset's one fault per 4 KiB page).
- * On Linux they ask for transparent huge pages (madvise(MADV_HUGEPAGE) on a 2 MiB-aligned range,
- * then MADV_POPULATE_WRITE): one-token matmuls stream GBs of weights per token, and with 4 KiB
- * pages every 4 KiB of a row stream is a new TLB entry and a point where the hardware prefetcher
- * stops. Measured (issue 23, AMD Zen 4, docs/BENCH-KERNELS.md): resident decode's bf16 matmuls
- * 31.7–32.2 → 37.3–42.1 GB/s, opening the slice no slower (28–36 s vs 38–41 s wall). The cost
- * refused once: when free memory is fragmented the kernel compacts first (defrag=madvise; 2 s/GiB
- * measured right after a benchmark filled the page cache) — slower opens, never other bits. Where
- * huge pages are off or unavailable the same call falls back to 4 KiB pages. */
-#include <errno.h>
+ * how to undo it. Large buffers (weights, slots, caches: ≥ 4 MiB) are anonymous mappings with
+ * MAP_POPULATE: the kernel faults them in bulk, zeroed (0.32 s/GiB here, against 0.56 s/GiB for
+ * posix_memalign + memset's one fault per 4 KiB page). Transparent huge pages were measured and
+ * refused: 0.12 s/GiB when memory is unfragmented, but 2 s/GiB when the kernel must compact first
+ * (defrag=madvise; right after a benchmark filled the page cache) — unpredictable open times.
+ * Measured again for decode (issue 23, AMD Zen 4; docs/BENCH-KERNELS.md): 2 MiB pages make a
+ * one-token bf16 matmul 5–15% faster in isolation (2 threads), but resident decode of the slice
+ * showed no gain beyond the host's noise (5 alternating pairs), while one open took 65 s against
+ * 41 s (9.9 of 13.3 GiB got huge pages). Refused again.
+ * Memory is still resident at allocation, so peak RSS reflects the whole plan at once. */
 #include <sys/mman.h>
 #ifndef MAP_POPULATE
 #define MAP_POPULATE 0 /* Linux only; elsewhere (macOS) pages are faulted on first touch */
 #endif
-#define K3_MEM_HUGE (2LL << 20) /* the x86-64 / aarch64-4K huge page */
 #define K3_MEM_HDR 64
 #define K3_MEM_LARGE (4LL << 20)
 #define K3_MEM_MAGIC_HEAP 0x6b33686561700001ULL
@@ -90,35 +87,6 @@ static void release(void* base, int64_t total, uint64_t magic) {
   else free(base);
 }
 
-/* A zeroed, populated anonymous mapping of `total` bytes; NULL when the memory is not there.
- * Linux: 2 MiB-aligned, and the range asks for huge pages before it is populated (above). */
-static void* map_large(int64_t total) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  size_t len = (size_t)(total + K3_MEM_HUGE); /* room to align the start */
-  uint8_t* m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) return NULL;
-  uint8_t* base = (uint8_t*)(((uintptr_t)m + K3_MEM_HUGE - 1) & ~(uintptr_t)(K3_MEM_HUGE - 1));
-  size_t head = (size_t)(base - m), used = ((size_t)total + 4095) & ~(size_t)4095;
-  if (head) munmap(m, head);
-  if (len - head > used) munmap(base + used, len - head - used);
-  madvise(base, used, MADV_HUGEPAGE); /* a hint: EINVAL from a kernel without THP is fine */
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older headers lack the name */
-#endif
-  if (madvise(base, used, MADV_POPULATE_WRITE) != 0) {
-    if (errno != EINVAL) { /* ENOMEM, EFAULT: the memory is not there */
-      munmap(base, used);
-      return NULL;
-    }
-    for (size_t i = 0; i < used; i += 4096) base[i] = 0; /* a kernel before 5.14: fault it in here */
-  }
-  return base;
-#else
-  void* base = mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  return base == MAP_FAILED ? NULL : base;
-#endif
-}
-
 K3_API void* k3_mem_alloc(int64_t bytes, int64_t align) {
   if (bytes < 0 || align < 0) return NULL;
   if (align & (align - 1)) return NULL; /* power of two only (0 = default) */
@@ -129,9 +97,8 @@ K3_API void* k3_mem_alloc(int64_t bytes, int64_t align) {
   void* base = NULL;
   uint64_t magic;
   if (bytes >= K3_MEM_LARGE && align <= 4096) {
-    if (total > INT64_MAX - K3_MEM_HUGE) return NULL;
-    base = map_large(total);
-    if (!base) return NULL;
+    base = mmap(NULL, (size_t)total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (base == MAP_FAILED) return NULL;
     magic = K3_MEM_MAGIC_MAP;
   } else {
     if (posix_memalign(&base, (size_t)align, (size_t)total) != 0) return NULL;
