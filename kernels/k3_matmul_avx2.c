@@ -12,9 +12,10 @@
  * shorter rows one at a time (the reason is in k3_matmul_avx512.c, same constant). More rows side
  * by side keep more lines in flight, as on AVX-512; 8 rows use all 16 ymm as accumulators (the
  * weights and x come in as memory operands). Measured (issue 23, AMD Zen 4 with --isa avx2,
- * /tmp harness, 4 rows vs 6 vs 8, 9 interleaved rounds, GB/s 1 / 2 threads): 12288×7168 11.8 /
- * 21.5 → 12.9–14.1 / 24.1; 7168×6144 13.5 / 19.4 → 15.3–16.0 / 22.5–24.4; 7168×3584 (7 KB rows,
- * one at a time before) 9.2 / 17.7 → 12.8 / 22.8 with 8; 3 KB rows unchanged. */
+ * bench/kernels.ts --T 1 --runs 5, median GB/s 1 / 2 threads, old = 4 rows and a 12 KB threshold,
+ * docs/BENCH-KERNELS.md): 2048×7168 15.1 / 25.9 → 19.0 / 28.7, 12288×7168 11.9 / 19.9 → 15.5 /
+ * 20.9; 7168×3584 (7 KB rows, one at a time before) 20.3 / 18.2 → 16.5 / 24.2 — a loss on one
+ * thread, a gain on the two that decode uses; 3 KB rows stay one at a time. */
 #define DENSE_BLOCK_MIN_ROW_BYTES 6144
 #define DENSE_DECODE_ROWS 8
 

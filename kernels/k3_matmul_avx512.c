@@ -20,9 +20,11 @@
 /* One-token dense products read rows of at least this many bytes DENSE_DECODE_ROWS at a time
  * (then 4, then 1); shorter rows one at a time. Measured (docs/BENCH-KERNELS.md): with 14 KB rows
  * 4 side-by-side streams were ~1.6× faster than one row at a time, with ≤ 7 KB rows slower — but
- * 12 streams beat one on 7 KB rows too (issue 23, AMD Zen 4, bf16 7168×3584: 11.7 → 16.1 GB/s on
- * 1 thread, 19.6 → 23.9 on 2, same run), so the threshold is 6 KB; at 3 KB rows (18432×1536) one
- * row at a time stays faster (a 2 KB threshold: 21.5 → 14.3 GB/s on 1 thread). */
+ * 12 streams beat one on 7 KB rows too in decode (issue 23, AMD Zen 4, docs/BENCH-KERNELS.md:
+ * the slice's 7168×3584 calls 8.4–8.5 ms/token vs 8.7–10.4, 2 threads, 4 KiB pages; a harness over
+ * one 512 MiB mapping 19.6 → 23.9 GB/s on 2 threads, 11.7 → 16.1 on 1), so the threshold is 6 KB.
+ * bench/kernels.ts (separate JS buffers) saw 2 threads equal and 1 thread 21.3 → 19.3 GB/s. At
+ * 3 KB rows (18432×1536) one row at a time stays faster (a 2 KB threshold: 21.5 → 14.3, 1 thread). */
 #define DENSE_BLOCK_MIN_ROW_BYTES 6144
 /* One-token products of long rows read this many rows side by side (decode's trunk matmuls).
  * Measured on AMD Zen 4 (issue 23, bench/kernels.ts --T 1, bf16 2048×7168, 1 thread): 4 rows
