@@ -22,7 +22,7 @@ import { join, resolve } from "node:path";
 import { Engine, type EngineOptions } from "../src/engine.ts";
 import { loadKernels } from "../src/kernels.ts";
 import { Model } from "../src/model/forward.ts";
-import { cpuInfo, loadAvg } from "./machine.ts";
+import { cpuInfo, hugePages, loadAvg } from "./machine.ts";
 import { arg, median } from "./common.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
@@ -98,6 +98,8 @@ const say = (s: string) => process.stderr.write(`[decode-profile] ${s}\n`);
 const opts: EngineOptions = { threads, isa, ...(chunkArg ? { chunk: Number(chunkArg) } : {}), ...(ram === "resident" ? { resident: true } : { ram }) };
 say(`opening ${model} (${ram}, ${threads} threads)…`);
 const engine = Engine.open(model, opts);
+const huge = hugePages(); // right after open: the weights (and the probe buffer below, 1 GiB, not yet)
+say(`opened; transparent huge pages: ${huge}`);
 const cfg = engine.config;
 const census = (engine as unknown as { checkpoint: { layout: { census: { trunkBytesPerLayer: number[]; expertBytes: number; headBytes: number; finalBytes: number } } } }).checkpoint.layout.census;
 
@@ -198,6 +200,7 @@ const cpu = cpuInfo();
 console.log(`CPU: ${cpu.model}; ${cpu.vectorFlags.join(" ")}; model ${model}; ${ram}; ${threads} threads; ISA ${isa}; prompt ${promptLen}, ${TOKENS} decoded tokens per round`);
 console.log(`rounds (s/token; floor; read GB/s; load): ${rounds.map((r) => `${r.sPerToken.toFixed(3)}; ${r.floorS.toFixed(3)}; ${r.bw.toFixed(1)}; ${r.load}`).join(" | ")}`);
 console.log(`bytes touched per token: ${(bytesTouched(promptLen + TOKENS / 2) / 1e9).toFixed(2)} GB; best round ${best.sPerToken.toFixed(3)} s/token = ${(best.sPerToken / best.floorS).toFixed(2)}× its floor ${best.floorS.toFixed(3)} s`);
+console.log(`transparent huge pages after open: ${huge}`);
 if (phase !== "prefill") for (const [i, r] of rounds.entries()) console.log(`round ${i + 1}, a probe pass between tokens: ${interleaved(r)}`);
 console.log("");
 console.log("| part | ms/token | share |\n|---|---|---|");

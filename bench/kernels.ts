@@ -9,6 +9,7 @@
 //
 //   bun bench/kernels.ts [--runs 3] [--T 1,8,32,64,256] [--threads 1,2] [--isa avx2,avx512,neon]
 //                        [--kernels bf16,mxfp4,int4] [--old bench/out/old/libkernels.so] [--json out.json]
+//                        [--bf16-shape 2048x7168]   (rows×cols of the bf16 matrices, e.g. decode's 7168x3584)
 // Output: markdown tables on stdout (progress on stderr); --json writes every raw number.
 import { dlopen, FFIType } from "bun:ffi";
 import { writeFileAtomic, writeTarget } from "../src/files.ts";
@@ -96,8 +97,10 @@ say("generating weight sets…");
 // bf16: a 2048-row slice of a 7168×7168 trunk matrix (T = 1 rate is the same per byte; T = 256
 // stays ~0.1 s); MXFP4: a K3 expert's up/gate projection (3072 × 3584); int4: the compact trunk's
 // form of the same bf16 slice.
+const bf16Shape = arg("--bf16-shape", "2048x7168").split("x").map(Number);
+if (bf16Shape.length !== 2 || !bf16Shape.every((n) => Number.isInteger(n) && n > 0)) throw new Error(`--bf16-shape wants ROWSxCOLS (e.g. 7168x3584), got ${arg("--bf16-shape", "")}`);
 const kernels = [
-  ...(kernelNames.includes("bf16") ? [bf16Kernel(2048, 7168)] : []),
+  ...(kernelNames.includes("bf16") ? [bf16Kernel(bf16Shape[0]!, bf16Shape[1]!)] : []),
   ...(kernelNames.includes("mxfp4") ? [mxfp4Kernel(3072, 3584)] : []),
   ...(kernelNames.includes("int4") ? [q4Kernel(2048, 7168)] : []),
 ];

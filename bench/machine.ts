@@ -61,6 +61,16 @@ export function cpuInfo(): { model: string; vectorFlags: string[] } {
   return { model, vectorFlags: wanted.filter((f) => flags.has(f)) };
 }
 
+/** This process's anonymous memory and the part of it on transparent huge pages (kernels/k3_mem.c
+ *  asks for them on large buffers; fragmented memory can deny them), from /proc/self/smaps_rollup;
+ *  "unknown" where that file is missing (not Linux). */
+export function hugePages(): string {
+  if (!existsSync("/proc/self/smaps_rollup")) return "unknown";
+  const text = read("/proc/self/smaps_rollup");
+  const kb = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(text)?.[1] ?? 0);
+  return `${(kb("AnonHugePages") / 2 ** 20).toFixed(2)} GiB of ${(kb("Anonymous") / 2 ** 20).toFixed(2)} GiB anonymous`;
+}
+
 /** The 1, 5 and 15 minute load averages, as `uptime` prints them. */
 export function loadAvg(): string {
   return read("/proc/loadavg").split(" ").slice(0, 3).join(" ");

@@ -2,15 +2,22 @@
  * rows and tokens (k3_matmul_internal.h). Bit-identical to the scalar functions in k3_matmul.c.
  *
  * Blocks (16 ymm registers; each (row, token) keeps its own two accumulators):
- *  - one token, dense rows ≥ 12 KB: 4 rows (8 accumulators), 4 independent add chains, one x
- *    load per 4 rows; shorter dense rows and MXFP4 rows: one row at a time (one sequential
- *    stream, which the hardware prefetcher follows best);
+ *  - one token, dense rows ≥ 6 KB: DENSE_DECODE_ROWS rows (16 accumulators), then 4, then 1;
+ *    shorter dense rows and MXFP4 rows: one row at a time (one sequential stream, which the
+ *    hardware prefetcher follows best);
  *  - several tokens: 2 rows × 2 tokens (8 accumulators): one weight load / decode per 2 tokens.
  * MXFP4 decode: 4 vector ops per 8 weights (e2m1x8_avx2). */
 #include "k3_matmul_x86.h"
-/* One-token dense products read rows of at least this many bytes 4 at a time, shorter rows one
- * at a time (the reason is in k3_matmul_avx512.c, same constant). */
-#define DENSE_BLOCK_MIN_ROW_BYTES 12288
+/* One-token dense products read rows of at least this many bytes DENSE_DECODE_ROWS at a time,
+ * shorter rows one at a time (the reason is in k3_matmul_avx512.c, same constant). More rows side
+ * by side keep more lines in flight, as on AVX-512; 8 rows use all 16 ymm as accumulators (the
+ * weights and x come in as memory operands). Measured (issue 23, AMD Zen 4 with --isa avx2,
+ * bench/kernels.ts --T 1 --runs 5, median GB/s 1 / 2 threads, old = 4 rows and a 12 KB threshold,
+ * docs/BENCH-KERNELS.md): 2048×7168 15.1 / 25.9 → 19.0 / 28.7, 12288×7168 11.9 / 19.9 → 15.5 /
+ * 20.9; 7168×3584 (7 KB rows, one at a time before) 20.3 / 18.2 → 16.5 / 24.2 — a loss on one
+ * thread, a gain on the two that decode uses; 3 KB rows stay one at a time. */
+#define DENSE_BLOCK_MIN_ROW_BYTES 6144
+#define DENSE_DECODE_ROWS 8
 
 /* ---------------------------------------------------------------- bf16 / f32 */
 TAVX2 INLINE __m256 load_w8(const void* W, int64_t i, const int bf16) {
@@ -22,13 +29,14 @@ INLINE float w_at(const void* W, int64_t i, const int bf16) {
   return bf16 ? k3_bf16(((const uint16_t*)W)[i]) : ((const float*)W)[i];
 }
 
-/* Rows r..r+RB−1, tokens t0..t0+TB−1 (RB·TB ≤ 4, compile-time after inlining). PF: sweep
+/* Rows r..r+RB−1, tokens t0..t0+TB−1 (RB·TB ≤ 4, or RB = DENSE_DECODE_ROWS with TB = 1;
+ * compile-time after inlining). PF: sweep
  * prefetches over a later block (k3_pf_target). */
 TAVX2 INLINE void dense_block_x(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB,
                                 const int bf16, const int PF) {
   const int32_t cols = j->cols, n16 = cols - cols % 16;
   const float* X = j->X + (int64_t)t0 * j->ldx;   /* [TB][cols] */
-  __m256 lo[4][2], hi[4][2];                    /* [row][token]: lanes 0–7 / 8–15 */
+  __m256 lo[DENSE_DECODE_ROWS][2], hi[DENSE_DECODE_ROWS][2]; /* [row][token]: lanes 0–7 / 8–15 */
   UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++)
     lo[i][t] = hi[i][t] = _mm256_setzero_ps();
   const char* next = k3_pf_target((const char*)j->W + r * cols * (bf16 ? 2 : 4), (int64_t)RB * cols * (bf16 ? 2 : 4));
@@ -54,7 +62,8 @@ TAVX2 INLINE void dense_block_x(const mm_job* j, int64_t r, int32_t t0, const in
 TAVX2 INLINE void dense_block(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB, const int bf16) {
   dense_block_x(j, r, t0, RB, TB, bf16, 0);
 }
-/* Rows in blocks of 4 (leftover rows one at a time); token pairs as two 2×2 blocks with the
+/* One token on long rows: DENSE_DECODE_ROWS rows at a time first. Rows in blocks of 4 (leftover
+ * rows one at a time); token pairs as two 2×2 blocks with the
  * prefetch sweep (measured, 1 thread, bf16 7168×1536: T = 2 21.2 GB/s vs 8.6 without, 18.9 before
  * blocking; T = 4 10.6 vs 6.3 / 6.2), a last single token as one 4×1 block (long rows) or four
  * 1×1 blocks (short rows), without software prefetch. */
@@ -66,6 +75,8 @@ TAVX2 INLINE void dense_rows(const mm_job* j, int64_t r0, int64_t r1, const int 
     for (; r < r1; r++) dense_block(j, r, 0, 1, 1, bf16);
     return;
   }
+  if (T == 1)
+    for (; r + DENSE_DECODE_ROWS <= r1; r += DENSE_DECODE_ROWS) dense_block(j, r, 0, DENSE_DECODE_ROWS, 1, bf16);
   for (; r + 4 <= r1; r += 4) {
     int32_t t = 0;
     for (; t + 2 <= T; t += 2) { dense_block_x(j, r, t, 2, 2, bf16, 1); dense_block_x(j, r + 2, t, 2, 2, bf16, 1); }

@@ -4,7 +4,7 @@
  * Blocks (each output keeps its own accumulator, so blocking never changes a bit):
  *  - bf16 / f32: 4 rows × up to 4 tokens; 16 accumulators + 4 weight vectors + 1 x vector fit
  *    the 32 zmm. One weight load serves 4 tokens, one x load serves 4 rows, and 4..16
- *    independent add chains run at once. One token with rows < 12 KB: one row at a time
+ *    independent add chains run at once. One token with rows < 6 KB: one row at a time
  *    (DENSE_BLOCK_MIN_ROW_BYTES).
  *  - MXFP4: one token: one row at a time with x pre-permuted; several: 4 rows × up to 4 tokens.
  *
@@ -17,11 +17,15 @@
  * in π order (once per call for one token, else one vpermps per 16 x shared by the block's
  * rows). Before the halving tree the accumulator is permuted back to logical order. */
 #include "k3_matmul_x86.h"
-/* One-token dense products read rows of at least this many bytes 4 at a time (4 add chains, one
- * x load per 4 rows); shorter rows one at a time. Measured (docs/BENCH-KERNELS.md): with 14 KB
- * rows 4 side-by-side streams are ~1.6× faster, with ≤ 7 KB rows one row at a time is faster —
- * its single sequential stream keeps the hardware prefetcher ahead, 4 short streams do not. */
-#define DENSE_BLOCK_MIN_ROW_BYTES 12288
+/* One-token dense products read rows of at least this many bytes DENSE_DECODE_ROWS at a time
+ * (then 4, then 1); shorter rows one at a time. Measured (docs/BENCH-KERNELS.md): with 14 KB rows
+ * 4 side-by-side streams were ~1.6× faster than one row at a time, with ≤ 7 KB rows slower — but
+ * 12 streams beat one on 7 KB rows too in decode (issue 23, AMD Zen 4, docs/BENCH-KERNELS.md:
+ * the slice's 7168×3584 calls 8.4–8.5 ms/token vs 8.7–10.4, 2 threads, 4 KiB pages; a harness over
+ * one 512 MiB mapping 19.6 → 23.9 GB/s on 2 threads, 11.7 → 16.1 on 1), so the threshold is 6 KB.
+ * bench/kernels.ts (separate JS buffers) saw 2 threads equal and 1 thread 21.3 → 19.3 GB/s. At
+ * 3 KB rows (18432×1536) one row at a time stays faster (a 2 KB threshold: 21.5 → 14.3, 1 thread). */
+#define DENSE_BLOCK_MIN_ROW_BYTES 6144
 /* One-token products of long rows read this many rows side by side (decode's trunk matmuls).
  * Measured on AMD Zen 4 (issue 23, bench/kernels.ts --T 1, bf16 2048×7168, 1 thread): 4 rows
  * 13.1 GB/s, 8 rows 16.5, 12 rows 18.3, 16 rows 18.7 (within noise of 12), 24 rows 14.3; 2 threads

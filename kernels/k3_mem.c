@@ -12,6 +12,10 @@
  * posix_memalign + memset's one fault per 4 KiB page). Transparent huge pages were measured and
  * refused: 0.12 s/GiB when memory is unfragmented, but 2 s/GiB when the kernel must compact first
  * (defrag=madvise; right after a benchmark filled the page cache) — unpredictable open times.
+ * Measured again for decode (issue 23, AMD Zen 4; docs/BENCH-KERNELS.md): 2 MiB pages make a
+ * one-token bf16 matmul 5–15% faster in isolation (2 threads), but resident decode of the slice
+ * showed no gain beyond the host's noise (5 alternating pairs), while one open took 65 s against
+ * 41 s (9.9 of 13.3 GiB got huge pages). Refused again.
  * Memory is still resident at allocation, so peak RSS reflects the whole plan at once. */
 #include <sys/mman.h>
 #ifndef MAP_POPULATE

@@ -88,11 +88,14 @@ function cases(): Case[] {
 
 /** One-token products of long rows with more rows per thread than the AVX-512 decode block
  *  (k3_matmul_avx512.c DENSE_DECODE_ROWS = 12, then blocks of 4, then single rows), bf16 and f32,
- *  at 1–3 threads: their own random stream, hashed with the library before that block. */
+ *  at 1–3 threads, rows on both sides of DENSE_BLOCK_MIN_ROW_BYTES: their own random stream,
+ *  hashed with the library before that block (the later shapes: before the threshold moved). */
 function decodeRowCases(): Case[] {
   const r = rng(0x12d0);
   const out: Case[] = [];
-  for (const [rows, cols] of [[61, 6200], [45, 3090]] as const) {
+  // 29×3591 (appended with the 6 KB threshold, issue 23): 7 KB bf16 rows, now read 12 at a
+  // time, and 13×3071: 6142-byte bf16 rows, just under it (one at a time); f32 rows twice as long.
+  for (const [rows, cols] of [[61, 6200], [45, 3090], [29, 3591], [13, 3071]] as const) {
     const Wb = randBF16(r, rows * cols), Wf = randF32(r, rows * cols, -2, 2), X = randF32(r, cols, -3, 3);
     X[0] = -0;
     out.push({ name: `bf16 ${rows}x${cols} T1`, run: () => { const Y = new Float32Array(rows); k.k3_matmul_bf16(Wb, X, cols, Y, rows, rows, cols, 1); return Y; } });
@@ -189,7 +192,12 @@ const GOLDEN: Record<string, string> = {
   "bf16 61x6200 T1": "703649cd54825ee5",
   "f32 61x6200 T1": "c2b8004dd3adbdcf",
   "bf16 45x3090 T1": "ba41cae2658a6379",
-  "f32 45x3090 T1": "7e8022b3b4db6bc8"
+  "f32 45x3090 T1": "7e8022b3b4db6bc8",
+  // hashed with the library built from main 760de93 (before the 6 KB one-token threshold)
+  "bf16 29x3591 T1": "1235bc03f7af6c6a",
+  "f32 29x3591 T1": "6e990fcae025d84f",
+  "bf16 13x3071 T1": "52193a205e5edb89",
+  "f32 13x3071 T1": "691b6150e43e3904"
 };
 
 describe("matmul bits equal the pre-optimisation implementation", () => {
