@@ -3,8 +3,8 @@
  *
  * Blocks (16 ymm registers; each (row, token) keeps its own two accumulators):
  *  - one token, dense rows ≥ 6 KB: DENSE_DECODE_ROWS rows (16 accumulators), then 4, then 1;
- *    shorter dense rows and MXFP4 rows: one row at a time (one sequential stream, which the
- *    hardware prefetcher follows best);
+ *    shorter dense rows and MXFP4 rows: one row at a time (one sequential stream; for MXFP4 with
+ *    a software prefetch 2 KB ahead and the E = 255 test once per row);
  *  - several tokens: 2 rows × 2 tokens (8 accumulators): one weight load / decode per 2 tokens.
  * MXFP4 decode: 4 vector ops per 8 weights (e2m1x8_avx2). */
 #include "k3_matmul_x86.h"
