@@ -189,10 +189,10 @@ static const uint8_t E2M1_LO[16] = { 0x00, 0x00, 0x80, 0xC0, 0x00, 0x40, 0x80, 0
 static inline int t1_col(int k, int o) { return 4 * (k & 3) + o + (k >> 2); }
 
 /* One token, row r (see above). MASKED: the row has a scale 255 somewhere (those groups are
- * skipped); rows without one run no per-group test. Prefetch as in k3_matmul_avx512.c. */
-#ifndef MX_DECODE_PF
+ * skipped); rows without one run no per-group test. The software prefetch is k3_matmul_avx512.c's
+ * (same constant; here: 10.3 → 11.0 GB/s on 3072×3584 at 2 threads in the dev harness, 1.02× in
+ * bench/kernels.ts — the AVX2 loop's 20 ymm ops per group bound it first). */
 #define MX_DECODE_PF 2048
-#endif
 TAVX2 INLINE float mx_t1_row(const uint8_t* P, const uint8_t* S, int32_t G, const float* xp, const int MASKED) {
   const __m256i hi_tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)E2M1_HI));
   const __m256i lo_tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)E2M1_LO));

@@ -186,13 +186,9 @@ T512 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, 
 /* One token: software prefetch this many bytes ahead in the row stream (one line per 4 groups).
  * Measured (issue 23, dev harness interleaving libraries, Zen 4, 2 threads, from DRAM): without it
  * 3072×3584 ran at 12 GB/s (the second thread added ~1.2×), with 1 / 2 / 4 KB 18.3 / 18.8 / 18.6;
- * 3584×3072 ~20 either way; 1 thread and in-cache rates unchanged (docs/BENCH-KERNELS.md). */
-#ifndef MX_DECODE_PF
+ * 3584×3072 ~20 either way; 1 thread and in-cache rates unchanged; to L2 (T1) no better
+ * (docs/BENCH-KERNELS.md). */
 #define MX_DECODE_PF 2048
-#endif
-#ifndef MX_PF_HINT
-#define MX_PF_HINT _MM_HINT_T0
-#endif
 /* One token, row r, x in π order (xp): 9 vector ops per group (2 vpsrlvd + 2 vpermps decode,
  * 3 vmulps, 2 vaddps). MASKED: the row has a scale 255 somewhere (those groups are skipped by a
  * merge-masked add, exactly as the scalar `continue`); rows without one run no per-group test. */
@@ -204,7 +200,7 @@ T512 INLINE void mx_decode_row(const mm_job* j, int64_t r, const float* xp, cons
   const __m512i cnt = _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
   __m512 acc = _mm512_setzero_ps();
   for (int32_t g = 0; g < G; g++) {
-    if ((g & 3) == 0) _mm_prefetch((const char*)P + g * 16 + MX_DECODE_PF, MX_PF_HINT);
+    if ((g & 3) == 0) _mm_prefetch((const char*)P + g * 16 + MX_DECODE_PF, _MM_HINT_T0);
     __m512 wa = e2m1x16_pi(P + g * 16, tab, cnt), wb = e2m1x16_pi(P + g * 16 + 8, tab, cnt);
     __m512 p = _mm512_add_ps(_mm512_mul_ps(wa, _mm512_load_ps(xp + g * 32)), _mm512_mul_ps(wb, _mm512_load_ps(xp + g * 32 + 16)));
     __m512 q = _mm512_mul_ps(p, _mm512_set1_ps(k3_e8m0(S[g])));
