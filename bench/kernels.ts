@@ -84,9 +84,9 @@ function bf16Kernel(rows: number, cols: number): Kernel {
   const { bytes, count, Ws } = bf16Set(rows, cols, SET_BYTES);
   return { name: "bf16", rows, cols, bytes, count, call: (l, i, X, Y, T) => l.mm.bf16(Ws[i % count]!, X, Y, rows, cols, T) };
 }
-function mxfp4Kernel(rows: number, cols: number): Kernel {
+function mxfp4Kernel(rows: number, cols: number, name = "mxfp4"): Kernel {
   const { bytes, count, Ps, Ss } = mxfp4Set(rows, cols, SET_BYTES);
-  return { name: "mxfp4", rows, cols, bytes, count, call: (l, i, X, Y, T) => l.mm.mxfp4(Ps[i % count]!, Ss[i % count]!, X, Y, rows, cols, T) };
+  return { name, rows, cols, bytes, count, call: (l, i, X, Y, T) => l.mm.mxfp4(Ps[i % count]!, Ss[i % count]!, X, Y, rows, cols, T) };
 }
 function q4Kernel(rows: number, cols: number): Kernel {
   const { bytes, count, Qs, Ss } = q4Set(rows, cols, SET_BYTES);
@@ -95,13 +95,15 @@ function q4Kernel(rows: number, cols: number): Kernel {
 const kernelNames = arg("--kernels", "bf16,mxfp4,int4").split(",");
 say("generating weight sets…");
 // bf16: a 2048-row slice of a 7168×7168 trunk matrix (T = 1 rate is the same per byte; T = 256
-// stays ~0.1 s); MXFP4: a K3 expert's up/gate projection (3072 × 3584); int4: the compact trunk's
-// form of the same bf16 slice.
+// stays ~0.1 s); MXFP4: a K3 expert's up/gate projection (3072 × 3584) and its down projection
+// ("mxfp4 down", 3584 × 3072: decode runs 80 of those per token beside 160 up/gate); int4: the
+// compact trunk's form of the same bf16 slice.
 const bf16Shape = arg("--bf16-shape", "2048x7168").split("x").map(Number);
 if (bf16Shape.length !== 2 || !bf16Shape.every((n) => Number.isInteger(n) && n > 0)) throw new Error(`--bf16-shape wants ROWSxCOLS (e.g. 7168x3584), got ${arg("--bf16-shape", "")}`);
 const kernels = [
   ...(kernelNames.includes("bf16") ? [bf16Kernel(bf16Shape[0]!, bf16Shape[1]!)] : []),
   ...(kernelNames.includes("mxfp4") ? [mxfp4Kernel(3072, 3584)] : []),
+  ...(kernelNames.includes("mxfp4") ? [mxfp4Kernel(3584, 3072, "mxfp4 down")] : []),
   ...(kernelNames.includes("int4") ? [q4Kernel(2048, 7168)] : []),
 ];
 

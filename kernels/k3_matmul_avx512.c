@@ -6,7 +6,8 @@
  *    the 32 zmm. One weight load serves 4 tokens, one x load serves 4 rows, and 4..16
  *    independent add chains run at once. One token with rows < 6 KB: one row at a time
  *    (DENSE_BLOCK_MIN_ROW_BYTES).
- *  - MXFP4: one token: one row at a time with x pre-permuted; several: 4 rows × up to 4 tokens.
+ *  - MXFP4: one token: one row at a time with x pre-permuted, the E = 255 test once per row and a
+ *    software prefetch; several: 4 rows × up to 4 tokens.
  *
  * MXFP4 decode, 2 vector ops per 16 weights: one 64-bit broadcast load of the 8 bytes holding 16
  * nibbles, one vpsrlvd by [0,0,4,4,…,28,28] and one vpermps of the 16 signed E2M1 floats (it reads
@@ -121,12 +122,12 @@ T512 INLINE __m512 e2m1x16_pi(const uint8_t* p8, __m512 tab, __m512i cnt) {
   return _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_set1_epi64(q), cnt), tab);
 }
 
-/* Rows r..r+RB−1, tokens t0..t0+TB−1. x comes from X (permuted to π order in the loop, shared by
- * the RB rows) or, for one token, from xpre (already in π order, [cols], 64-byte aligned). PF: sweep
+/* Rows r..r+RB−1, tokens t0..t0+TB−1 (several tokens, or one with cols > XPRE_MAX_COLS). x comes
+ * from X, permuted to π order in the loop and shared by the RB rows. PF: sweep
  * prefetches over a later block (k3_pf_target). A group whose scale is 255 in any of the block's
  * rows takes the masked path (merge-masked add = the group is skipped for that row, exactly). */
 T512 INLINE void mx_block_x(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB,
-                            const float* xpre, const int PF) {
+                            const int PF) {
   const int32_t cols = j->cols, G = cols / 32;
   const int64_t rb = cols / 2;
   const uint8_t* P = (const uint8_t*)j->W + r * rb;  /* [RB][cols/2] */
@@ -153,8 +154,8 @@ T512 INLINE void mx_block_x(const mm_job* j, int64_t r, int32_t t0, const int RB
     if (__builtin_expect(!nan_any, 1)) {
       UNROLL for (int t = 0; t < TB; t++) {
         const float* xg = X + (int64_t)t * j->ldx + g * 32;
-        __m512 xa = xpre ? _mm512_load_ps(xpre + g * 32) : _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg));
-        __m512 xb = xpre ? _mm512_load_ps(xpre + g * 32 + 16) : _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg + 16));
+        __m512 xa = _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg));
+        __m512 xb = _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg + 16));
         UNROLL for (int i = 0; i < RB; i++) {
           __m512 p = _mm512_add_ps(_mm512_mul_ps(wa[i], xa), _mm512_mul_ps(wb[i], xb));
           acc[i][t] = _mm512_add_ps(acc[i][t], _mm512_mul_ps(p, s[i]));
@@ -163,8 +164,8 @@ T512 INLINE void mx_block_x(const mm_job* j, int64_t r, int32_t t0, const int RB
     } else {
       UNROLL for (int t = 0; t < TB; t++) {
         const float* xg = X + (int64_t)t * j->ldx + g * 32;
-        __m512 xa = xpre ? _mm512_load_ps(xpre + g * 32) : _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg));
-        __m512 xb = xpre ? _mm512_load_ps(xpre + g * 32 + 16) : _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg + 16));
+        __m512 xa = _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg));
+        __m512 xb = _mm512_permutexvar_ps(pi, _mm512_loadu_ps(xg + 16));
         UNROLL for (int i = 0; i < RB; i++) {
           __mmask16 keep = S[i * G + g] == 255 ? 0 : 0xFFFF;
           __m512 p = _mm512_add_ps(_mm512_mul_ps(wa[i], xa), _mm512_mul_ps(wb[i], xb));
@@ -179,14 +180,51 @@ T512 INLINE void mx_block_x(const mm_job* j, int64_t r, int32_t t0, const int RB
 }
 
 T512 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB) {
-  mx_block_x(j, r, t0, RB, TB, NULL, 1);
+  mx_block_x(j, r, t0, RB, TB, 1);
+}
+
+/* One token: software prefetch this many bytes ahead in the row stream (one line per 4 groups).
+ * Measured (issue 23, dev harness interleaving libraries, Zen 4, 2 threads, from DRAM): without it
+ * 3072×3584 ran at 12 GB/s (the second thread added ~1.2×), with 1 / 2 / 4 KB 18.3 / 18.8 / 18.6;
+ * 3584×3072 ~20 either way; 1 thread and in-cache rates unchanged; to L2 (T1) no better
+ * (docs/BENCH-KERNELS.md). */
+#define MX_DECODE_PF 2048
+/* One token, row r, x in π order (xp): 9 vector ops per group (2 vpsrlvd + 2 vpermps decode,
+ * 3 vmulps, 2 vaddps). MASKED: the row has a scale 255 somewhere (those groups are skipped by a
+ * merge-masked add, exactly as the scalar `continue`); rows without one run no per-group test. */
+T512 INLINE void mx_decode_row(const mm_job* j, int64_t r, const float* xp, const int MASKED) {
+  const int32_t G = j->cols / 32;
+  const uint8_t* P = (const uint8_t*)j->W + r * (j->cols / 2);
+  const uint8_t* S = j->S + r * G;
+  const __m512 tab = _mm512_loadu_ps(k3_e2m1);
+  const __m512i cnt = _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
+  __m512 acc = _mm512_setzero_ps();
+  for (int32_t g = 0; g < G; g++) {
+    if ((g & 3) == 0) _mm_prefetch((const char*)P + g * 16 + MX_DECODE_PF, _MM_HINT_T0);
+    __m512 wa = e2m1x16_pi(P + g * 16, tab, cnt), wb = e2m1x16_pi(P + g * 16 + 8, tab, cnt);
+    __m512 p = _mm512_add_ps(_mm512_mul_ps(wa, _mm512_load_ps(xp + g * 32)), _mm512_mul_ps(wb, _mm512_load_ps(xp + g * 32 + 16)));
+    __m512 q = _mm512_mul_ps(p, _mm512_set1_ps(k3_e8m0(S[g])));
+    acc = MASKED ? _mm512_mask_add_ps(acc, S[g] == 255 ? 0 : 0xFFFF, acc, q) : _mm512_add_ps(acc, q);
+  }
+  const __m512i unpi = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  j->Y[r] = tree_avx512(_mm512_permutexvar_ps(unpi, acc));
+}
+
+/* Whether any of the n scale bytes at S is 255 (a vector compare per 64, the tail masked). */
+T512 INLINE int mx_any_nan(const uint8_t* S, int64_t n) {
+  const __m512i ff = _mm512_set1_epi8((char)0xFF);
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) if (_mm512_cmpeq_epi8_mask(_mm512_loadu_si512(S + i), ff)) return 1;
+  const __mmask64 tail = n > i ? ~0ull >> (64 - (n - i)) : 0;
+  return _mm512_mask_cmpeq_epi8_mask(tail, _mm512_maskz_loadu_epi8(tail, S + i), ff) != 0;
 }
 
 /* One token (decode), cols ≤ XPRE_MAX_COLS: x is put in π order once per call, then rows run one
- * at a time with no x shuffles (9 vector ops per row·group) and one sequential weight stream, which
- * the hardware prefetcher follows (no software prefetch needed). Measured vs 4×1 blocks with the
- * in-loop x permute and the prefetch sweep: 21.8 vs 18.6 G weights/s in cache, 11.0 vs 9.5 GB/s
- * from DRAM (docs/BENCH-KERNELS.md).
+ * at a time: one sequential weight stream, no x shuffles, the E = 255 test once per row, a
+ * software prefetch MX_DECODE_PF ahead. Measured (docs/BENCH-KERNELS.md, "One-token MXFP4"):
+ * 2 / 4 / 8 rows side by side sharing the x loads were no faster in cache (5.2 cycles per
+ * row·group either way: the 9 vector ops bound it, not the loads) and slower from DRAM (1 thread:
+ * 8.7 / 7.7 vs 9.9 GB/s, even with prefetch).
  * Several tokens: rows in blocks of 4 (leftover rows one at a time), tokens in blocks of 4 then the
  * tail: 16 accumulators + 8 decoded vectors + x + constants just fit the 32 zmm (4×4 measured ~4%
  * faster than 2×4 per weight·token in cache). */
@@ -198,7 +236,10 @@ T512 void k3_mm_mxfp4_avx512(const mm_job* j, int64_t r0, int64_t r1) {
     float xp[XPRE_MAX_COLS] __attribute__((aligned(64)));   /* x in π order, 32 KB of stack at most */
     const __m512i pi = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
     for (int32_t c = 0; c < j->cols; c += 16) _mm512_store_ps(xp + c, _mm512_permutexvar_ps(pi, _mm512_loadu_ps(j->X + c)));
-    for (; r < r1; r++) mx_block_x(j, r, 0, 1, 1, xp, 0);
+    const int32_t G = j->cols / 32;
+    for (; r < r1; r++)
+      if (__builtin_expect(mx_any_nan(j->S + r * G, G), 0)) mx_decode_row(j, r, xp, 1);
+      else mx_decode_row(j, r, xp, 0);
     return;
   }
   for (; r + 4 <= r1; r += 4) {
