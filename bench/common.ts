@@ -15,10 +15,18 @@ export const median = (xs: number[]): number => {
   const s = [...xs].sort((a, b) => a - b);
   return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 };
-/** The value after flag `name` on the command line (`--runs 3` → "3"), else `dflt`. */
+/** The value after flag `name` on the command line (`--runs 3` → "3"), else `dflt`. A flag given
+ *  twice or with no value is refused (exit 2) rather than one occurrence silently winning. */
 export const arg = (name: string, dflt: string): string => {
-  const i = process.argv.indexOf(name);
-  return i > 0 ? process.argv[i + 1]! : dflt;
+  const at = process.argv.flatMap((a, i) => (a === name ? [i] : []));
+  if (!at.length) return dflt;
+  const refuse = (why: string): never => {
+    process.stderr.write(`${name}: ${why}\n`);
+    process.exit(2);
+  };
+  if (at.length > 1) refuse(`given ${at.length} times; give it once (lists are comma-separated: ${name} a,b)`);
+  const v = process.argv[at[0]! + 1];
+  return v === undefined ? refuse("needs a value") : v;
 };
 /** A disk measurement that ran (not its error). */
 export const isDisk = (d: DiskResult | { error: string }): d is DiskResult => !("error" in d);
