@@ -62,7 +62,8 @@ export function cpuInfo(): { model: string; vectorFlags: string[] } {
 }
 
 /** This process's anonymous memory and the part of it on transparent huge pages (kernels/k3_mem.c
- *  asks for them on large buffers; fragmented memory can deny them), from /proc/self/smaps_rollup;
+ *  does not ask for them, refused twice: see its comment; a system set to THP "always" may still
+ *  give some), from /proc/self/smaps_rollup;
  *  "unknown" where that file is missing (not Linux). */
 export function hugePages(): string {
   if (!existsSync("/proc/self/smaps_rollup")) return "unknown";

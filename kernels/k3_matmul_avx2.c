@@ -163,10 +163,6 @@ TAVX2 INLINE void mx_block_pf(const mm_job* j, int64_t r, int32_t t0, const int 
 TAVX2 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB) {
   mx_block_pf(j, r, t0, RB, TB, 1);
 }
-/* Rows in blocks of 4 (leftover rows one at a time); token pairs as two 2×2 blocks (with the
- * prefetch sweep), a last single token row by row: one row already gives enough independent work
- * per group (26 ops vs a 2-add dependency), and one sequential stream needs no software prefetch
- * (measured: 12.5 vs 11.7 G weights/s in cache, 6.3 vs 6.1 GB/s from DRAM, vs 4×1 blocks). */
 /* ---------------------------------------------------------------- MXFP4, one token */
 /* One token, cols ≤ XPRE_MAX_COLS: rows one at a time (one sequential weight stream) with a
  * byte-shuffle decode, 10 vector ops per 32 weights (was 16 with e2m1x8_avx2), no cross-lane
@@ -189,10 +185,9 @@ static const uint8_t E2M1_LO[16] = { 0x00, 0x00, 0x80, 0xC0, 0x00, 0x40, 0x80, 0
 static inline int t1_col(int k, int o) { return 4 * (k & 3) + o + (k >> 2); }
 
 /* One token, row r (see above). MASKED: the row has a scale 255 somewhere (those groups are
- * skipped); rows without one run no per-group test. The software prefetch is k3_matmul_avx512.c's
- * (same constant; here: 10.3 → 11.0 GB/s on 3072×3584 at 2 threads in the dev harness, 1.02× in
+ * skipped); rows without one run no per-group test. The software prefetch is MX_DECODE_PF
+ * (k3_matmul_x86.h; here: 10.3 → 11.0 GB/s on 3072×3584 at 2 threads in the dev harness, 1.02× in
  * bench/kernels.ts — the AVX2 loop's 20 ymm ops per group bound it first). */
-#define MX_DECODE_PF 2048
 TAVX2 INLINE float mx_t1_row(const uint8_t* P, const uint8_t* S, int32_t G, const float* xp, const int MASKED) {
   const __m256i hi_tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)E2M1_HI));
   const __m256i lo_tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)E2M1_LO));
@@ -241,6 +236,11 @@ TAVX2 static void mx_t1_rows(const mm_job* j, int64_t r0, int64_t r1) {
   }
 }
 
+/* One token (cols ≤ XPRE_MAX_COLS): mx_t1_rows. Otherwise rows in blocks of 4 (leftover rows one
+ * at a time); token pairs as two 2×2 blocks (with the prefetch sweep), a last single token row by
+ * row: one row already gives enough independent work
+ * per group (26 ops vs a 2-add dependency), and one sequential stream needs no software prefetch
+ * (measured: 12.5 vs 11.7 G weights/s in cache, 6.3 vs 6.1 GB/s from DRAM, vs 4×1 blocks). */
 TAVX2 void k3_mm_mxfp4_avx2(const mm_job* j, int64_t r0, int64_t r1) {
   const int32_t T = j->T;
   int64_t r = r0;

@@ -183,12 +183,6 @@ T512 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, 
   mx_block_x(j, r, t0, RB, TB, 1);
 }
 
-/* One token: software prefetch this many bytes ahead in the row stream (one line per 4 groups).
- * Measured (issue 23, dev harness interleaving libraries, Zen 4, 2 threads, from DRAM): without it
- * 3072×3584 ran at 12 GB/s (the second thread added ~1.2×), with 1 / 2 / 4 KB 18.3 / 18.8 / 18.6;
- * 3584×3072 ~20 either way; 1 thread and in-cache rates unchanged; to L2 (T1) no better
- * (docs/BENCH-KERNELS.md). */
-#define MX_DECODE_PF 2048
 /* One token, row r, x in π order (xp): 9 vector ops per group (2 vpsrlvd + 2 vpermps decode,
  * 3 vmulps, 2 vaddps). MASKED: the row has a scale 255 somewhere (those groups are skipped by a
  * merge-masked add, exactly as the scalar `continue`); rows without one run no per-group test. */

@@ -1,6 +1,6 @@
 /* What the x86 matmul files share (k3_matmul_avx2.c, k3_matmul_avx512.c and their batched
- * micro-kernels in k3_matmul_batch_avx2.c / _avx512.c): target attributes and the halving tree of
- * k3_tree16 on vector accumulators. Include only from those files (x86 intrinsics). */
+ * micro-kernels in k3_matmul_batch_avx2.c / _avx512.c): target attributes, the one-token MXFP4
+ * prefetch distance and the halving tree of k3_tree16 on vector accumulators. Include only from those files (x86 intrinsics). */
 #ifndef K3_MATMUL_X86_H
 #define K3_MATMUL_X86_H
 #include "k3_matmul_internal.h"
@@ -10,6 +10,14 @@
 #define T512 __attribute__((target("avx512f,avx512bw")))
 #define INLINE __attribute__((always_inline)) static inline
 #define UNROLL _Pragma("clang loop unroll(full)")
+
+/* One-token MXFP4 (k3_matmul_avx512.c mx_decode_row, k3_matmul_avx2.c mx_t1_row): software
+ * prefetch this many bytes ahead in the row stream (one line per 4 groups). Measured (issue 23,
+ * dev harness interleaving libraries, Zen 4, 2 threads, from DRAM, AVX-512): without it 3072×3584
+ * ran at 12 GB/s (the second thread added ~1.2×), with 1 / 2 / 4 KB 18.3 / 18.8 / 18.6; 3584×3072
+ * ~20 either way; 1 thread and in-cache rates unchanged; to L2 (T1) no better
+ * (docs/BENCH-KERNELS.md). */
+#define MX_DECODE_PF 2048
 
 /* Lanes 0–7 in a, 8–15 in b → halving tree → v[0]. Matches k3_tree16. */
 TAVX2 INLINE float tree_avx2(__m256 a, __m256 b) {
