@@ -10,8 +10,10 @@
 //   bun bench/kernels.ts [--runs 3] [--T 1,8,32,64,256] [--threads 1,2] [--isa avx2,avx512,neon]
 //                        [--kernels bf16,mxfp4,int4] [--old bench/out/old/libkernels.so] [--json out.json]
 //                        [--bf16-shape 2048x7168]   (rows×cols of the bf16 matrices, e.g. decode's 7168x3584)
+//                        [--offset 0]   (bytes past a 64-byte line where every weight matrix starts, 0–63, even:
+//                                        a tensor read with O_DIRECT keeps its file offset's alignment)
 // Output: markdown tables on stdout (progress on stderr); --json writes every raw number.
-import { dlopen, FFIType } from "bun:ffi";
+import { dlopen, FFIType, ptr as addressOf } from "bun:ffi";
 import { writeFileAtomic, writeTarget } from "../src/files.ts";
 import { loadKernels, ISA, symbols } from "../src/kernels.ts";
 import { bf16Set, mxfp4Set, q4Set } from "./weights.ts";
@@ -76,20 +78,34 @@ if (oldPath) {
 const isaNames: Record<string, number> = { scalar: ISA.scalar, avx2: ISA.avx2, avx512: ISA.avx512, neon: ISA.neon };
 const isas = arg("--isa", "avx2,avx512,neon").split(",").filter((n) => k.k3_isa_supported(isaNames[n]!) === 1);
 
+/** --offset: the weights start that many bytes past a cache line, as a checkpoint's tensors do when
+ *  read straight into a slot (O_DIRECT keeps the file offset's alignment; docs/BENCH-KERNELS.md). */
+const OFFSET = Number(arg("--offset", "0"));
+if (!Number.isInteger(OFFSET) || OFFSET < 0 || OFFSET > 63 || OFFSET % 2) throw new Error(`--offset wants an even byte count 0–62, got ${arg("--offset", "")}`);
+function placed<A extends Uint8Array | Uint16Array | Float32Array>(a: A): A {
+  const raw = new Uint8Array(a.byteLength + 128);
+  const want = OFFSET - (OFFSET % a.BYTES_PER_ELEMENT); // f32 scales stay 4-byte aligned
+  const o = (((want - (addressOf(raw) % 64)) % 64) + 64) % 64;
+  const out = new (a.constructor as new (b: ArrayBuffer, o: number, n: number) => A)(raw.buffer, o, a.length);
+  out.set(a as any);
+  return out;
+}
+
 // Weight sets. T = 1 reads 512 MiB of distinct matrices per pass (more than this machine's last-
 // level cache, so the bytes come from DRAM, as in decode); T > 1 arms reuse them.
 const SET_BYTES = 512 * 2 ** 20;
 type Kernel = { name: string; rows: number; cols: number; bytes: number; count: number; call: (lib: Lib, i: number, X: Float32Array, Y: Float32Array, T: number) => void };
 function bf16Kernel(rows: number, cols: number): Kernel {
-  const { bytes, count, Ws } = bf16Set(rows, cols, SET_BYTES);
+  const { bytes, count, Ws: W0 } = bf16Set(rows, cols, SET_BYTES);
+  const Ws = W0.map(placed);
   return { name: "bf16", rows, cols, bytes, count, call: (l, i, X, Y, T) => l.mm.bf16(Ws[i % count]!, X, Y, rows, cols, T) };
 }
 function mxfp4Kernel(rows: number, cols: number, name = "mxfp4"): Kernel {
-  const { bytes, count, Ps, Ss } = mxfp4Set(rows, cols, SET_BYTES);
+  const set = mxfp4Set(rows, cols, SET_BYTES), { bytes, count } = set, Ps = set.Ps.map(placed), Ss = set.Ss.map(placed);
   return { name, rows, cols, bytes, count, call: (l, i, X, Y, T) => l.mm.mxfp4(Ps[i % count]!, Ss[i % count]!, X, Y, rows, cols, T) };
 }
 function q4Kernel(rows: number, cols: number): Kernel {
-  const { bytes, count, Qs, Ss } = q4Set(rows, cols, SET_BYTES);
+  const set = q4Set(rows, cols, SET_BYTES), { bytes, count } = set, Qs = set.Qs.map(placed), Ss = set.Ss.map(placed);
   return { name: "int4", rows, cols, bytes, count, call: (l, i, X, Y, T) => l.mm.q4(Qs[i % count]!, Ss[i % count]!, X, Y, rows, cols, T) };
 }
 const kernelNames = arg("--kernels", "bf16,mxfp4,int4").split(",");
@@ -178,7 +194,7 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
 const cpu = cpuInfo();
 console.log(`CPU: ${cpu.model}; ${navigator.hardwareConcurrency} threads visible; vector flags: ${cpu.vectorFlags.join(" ")}`);
 console.log(`${RUNS} rounds, every arm once per round (interleaved); load average (1/5/15 min) at each round start and at the end: ${loads.join(" → ")}`);
-console.log(`library: ${process.env.K3_KERNELS ?? "built-in"}${oldPath ? `; old: ${oldPath}` : ""}\n`);
+console.log(`library: ${process.env.K3_KERNELS ?? "built-in"}${oldPath ? `; old: ${oldPath}` : ""}; weights start ${OFFSET} bytes past a 64-byte line\n`);
 console.log("## Machine ceilings (each round; best)\n");
 console.log("| ISA | threads | memory read GB/s | peak mul+add GFLOP/s | peak FMA GFLOP/s | mul+add / FMA | per CPU-s × threads: mem / mul+add / FMA (best) |");
 console.log("|---|---|---|---|---|---|---|");

@@ -76,7 +76,9 @@ K3_API int32_t k3_isa_supported(int32_t isa);    /* 1 / 0 */
 
 /* ---- compute thread pool (process-wide: one pool per process, shared by all models) ----
  * Persistent worker threads; the calling thread takes part (so n = 1 means no workers).
- * Matmuls split output rows into n contiguous chunks; KDA/MLA split heads. */
+ * Matmuls hand their output rows out in guided blocks from a shared counter (a thread that runs
+ * slower takes fewer; each row on one thread, so the bits never depend on who ran it); KDA/MLA
+ * split heads into n contiguous chunks. */
 /* (Re)size to nthreads (1..K3_POOL_MAX_THREADS; anything else is K3_ERR_ARG and the pool is left
  * as it was). Returns the threads in effect: fewer than asked only if the OS refused a thread. */
 K3_API int32_t k3_pool_init(int32_t nthreads);

@@ -110,12 +110,13 @@ static void bx4_scalar(const bx_job* j, int64_t r0, int64_t r1) {
 }
 
 /* ---------------------------------------------------------------- dispatch */
-typedef struct { bx_job j; bx_rows_fn fn; } bx_task;
+typedef struct { bx_job j; bx_rows_fn fn; k3_rowq q; } bx_task;
+/* Rows in guided blocks from a shared counter (k3_rowq): any thread, any interleaving, same bits. */
 static void bx_part(void* ctx, int32_t i, int32_t n) {
+  (void)i, (void)n;
   bx_task* t = ctx;
   int64_t lo, hi;
-  k3_chunk(t->j.rows, i, n, &lo, &hi);
-  if (hi > lo) t->fn(&t->j, lo, hi);
+  while (k3_rowq_take(&t->q, &lo, &hi)) t->fn(&t->j, lo, hi);
 }
 
 K3_API int32_t k3_matmul_bx4(const uint8_t* B, const uint32_t* eidx, const uint32_t* ent, int64_t nent,
@@ -135,6 +136,8 @@ K3_API int32_t k3_matmul_bx4(const uint8_t* B, const uint32_t* eidx, const uint3
                 isa == K3_ISA_AVX512 ? (batch ? X86(k3_bx4_batch_avx512) : X86(k3_bx4_avx512))
                 : isa == K3_ISA_AVX2 ? (batch ? X86(k3_bx4_batch_avx2) : X86(k3_bx4_avx2))
                 : isa == K3_ISA_NEON ? (batch ? ARM(k3_bx4_batch_neon) : ARM(k3_bx4_neon)) : bx4_scalar };
-  k3_pool_run_if(bx_part, &t, (int64_t)rows * cols < SMALL_WEIGHTS);
+  const int small = (int64_t)rows * cols < SMALL_WEIGHTS;
+  k3_rowq_init(&t.q, rows, small ? 1 : k3_pool_size());
+  k3_pool_run_if(bx_part, &t, small);
   return atomic_load(&bad) ? K3_ERR_DATA : K3_OK;
 }

@@ -7,6 +7,7 @@
 #define K3_INTERNAL_H
 #include "k3.h"
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 /* Current ISA (set by k3_isa_set; auto on first use). */
@@ -32,6 +33,35 @@ static inline void k3_pool_run_if(k3_job_fn fn, void* ctx, int small) {
 static inline void k3_chunk(int64_t count, int32_t i, int32_t n, int64_t* lo, int64_t* hi) {
   *lo = count * i / n;
   *hi = count * (i + 1) / n;
+}
+
+/* Rows handed out in blocks from a shared counter: a job's parts take the next block until none
+ * is left, so a part on a slower or preempted vCPU does less of the job instead of holding the
+ * others at the barrier (measured on the 2-vCPU Zen 4, resident decode: with halves fixed in
+ * advance one thread idled ~7.5 % of the pool's time; docs/BENCH-KERNELS.md). Guided sizes: a
+ * block is 1/(2·parts) of the rows still left, rounded up to a multiple of 48 (every ISA's row
+ * block, 4 / 8 / 12, and the GEMM panel RP = 8, so blocks keep full register blocks), at least
+ * 48: long sequential streams first, small ones at the end to even out the finish. Which
+ * thread computes a row never changes its bits (each row's sum has one order), so any
+ * interleaving gives the same output. */
+typedef struct { _Atomic int64_t next; int64_t count; int32_t parts; } k3_rowq;
+static inline void k3_rowq_init(k3_rowq* q, int64_t count, int32_t parts) {
+  atomic_init(&q->next, 0);
+  q->count = count;
+  q->parts = parts < 1 ? 1 : parts;
+}
+/* The next block [lo, hi) of q; 0 when the rows are all taken. */
+static inline int k3_rowq_take(k3_rowq* q, int64_t* lo, int64_t* hi) {
+  int64_t a = atomic_load_explicit(&q->next, memory_order_relaxed), b;
+  do {
+    if (a >= q->count) return 0;
+    int64_t n = (q->count - a + 2 * q->parts - 1) / (2 * q->parts);
+    n = (n + 47) / 48 * 48;
+    b = a + n < q->count ? a + n : q->count;
+  } while (!atomic_compare_exchange_weak_explicit(&q->next, &a, b, memory_order_relaxed, memory_order_relaxed));
+  *lo = a;
+  *hi = b;
+  return 1;
 }
 
 static inline float k3_bf16(uint16_t b) {

@@ -9,8 +9,9 @@
  * one. MXFP4 (MODEL.md §3): per 32-column group g, p[j] = w(c0+j)·x(c0+j) + w(c0+16+j)·x(c0+16+j),
  * acc[j] += p[j]·2^(s_g−127); s_g = 255 (NaN) skips the group. Weights are decoded from the
  * nibbles in registers only, never expanded in memory.
- * Threads: rows split into contiguous chunks, one thread per row, so any thread count and any
- * T give the same bits; small products stay on the calling thread.
+ * Threads: rows handed out in blocks from a shared counter (k3_rowq, k3_internal.h), each row on
+ * one thread, so any thread count, any interleaving and any T give the same bits; small products
+ * stay on the calling thread.
  * The scalar functions are deliberately left simple: they are the readable statement of the
  * order (and were the source of the bits pinned in test/kernels-matmul-bits.test.ts). */
 #include "k3_matmul_internal.h"
@@ -77,13 +78,13 @@ static void mxfp4_scalar(const mm_job* j, int64_t r0, int64_t r1) {
 }
 
 /* ---------------------------------------------------------------- dispatch */
-typedef struct { mm_job j; mm_rows_fn fn; } mm_task;
+typedef struct { mm_job j; mm_rows_fn fn; k3_rowq q; } mm_task;
 
 static void mm_part(void* ctx, int32_t i, int32_t n) {
+  (void)i, (void)n;
   mm_task* t = ctx;
   int64_t lo, hi;
-  k3_chunk(t->j.rows, i, n, &lo, &hi);
-  if (hi > lo) t->fn(&t->j, lo, hi);
+  while (k3_rowq_take(&t->q, &lo, &hi)) t->fn(&t->j, lo, hi);
 }
 
 /* Checks the arguments, then runs the path of the current ISA on the pool (k3_matmul_internal.h). */
@@ -95,7 +96,9 @@ int32_t k3_mm_run(mm_job j, int32_t group, int need_s, mm_paths p) {
   mm_task t = { j, j.isa == K3_ISA_AVX512 ? (batch ? p.batch_avx512 : p.avx512)
                  : j.isa == K3_ISA_AVX2 ? (batch ? p.batch_avx2 : p.avx2)
                  : j.isa == K3_ISA_NEON ? (batch ? p.batch_neon : p.neon) : p.scalar };
-  k3_pool_run_if(mm_part, &t, (int64_t)j.rows * j.cols < SMALL_WEIGHTS);
+  const int small = (int64_t)j.rows * j.cols < SMALL_WEIGHTS;
+  k3_rowq_init(&t.q, j.rows, small ? 1 : k3_pool_size());
+  k3_pool_run_if(mm_part, &t, small);
   return K3_OK;
 }
 

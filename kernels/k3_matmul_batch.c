@@ -61,10 +61,15 @@ static void prefetch_next_tile(const mm_job* j, int kind, int64_t p, int rp, int
     return;
   }
   const int64_t esz2 = BYTES2[kind];
-  const int64_t row = (int64_t)j->cols * esz2 / 2, off = (int64_t)k0 * esz2 / 2, len = (int64_t)KC * esz2 / 2;
-  for (int i = 0; i < rp; i++)
-    for (int64_t b = 0; b < len && off + b < row; b += 64)
-      __builtin_prefetch((const char*)j->W + (p + i) * row + off + b, 0, 2);
+  const int64_t row = (int64_t)j->cols * esz2 / 2, off = (int64_t)k0 * esz2 / 2;
+  const int64_t len = (off + (int64_t)KC * esz2 / 2 < row ? (int64_t)KC * esz2 / 2 : row - off);
+  /* every cache line the tile's bytes touch: a matrix read straight from a checkpoint (O_DIRECT
+   * keeps the file's alignment) may start anywhere in a line, and a row's last line then lies past
+   * off + len − 64 */
+  for (int i = 0; i < rp; i++) {
+    const uintptr_t a = (uintptr_t)((const char*)j->W + (p + i) * row + off);
+    for (uintptr_t l = a & ~(uintptr_t)63; l < a + (uintptr_t)len; l += 64) __builtin_prefetch((const void*)l, 0, 2);
+  }
 }
 
 /* A panel's column tile [k0, k0 + kc) of the grouped formats: the weights decoded into `tile`, the
