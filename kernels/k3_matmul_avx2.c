@@ -8,7 +8,6 @@
  *  - several tokens: 2 rows × 2 tokens (8 accumulators): one weight load / decode per 2 tokens.
  * MXFP4 decode: 4 vector ops per 8 weights (e2m1x8_avx2). */
 #include "k3_matmul_x86.h"
-#include <pthread.h>
 /* One-token dense products read rows of at least this many bytes DENSE_DECODE_ROWS at a time,
  * shorter rows one at a time (the reason is in k3_matmul_avx512.c, same constant). More rows side
  * by side keep more lines in flight, as on AVX-512; 8 rows use all 16 ymm as accumulators (the
@@ -185,41 +184,21 @@ static const uint8_t E2M1_LO[16] = { 0x00, 0x00, 0x80, 0xC0, 0x00, 0x40, 0x80, 0
 /* column (within its 16-column half) of register lane k of the even (o = 0) / odd (o = 2) vector */
 static inline int t1_col(int k, int o) { return 4 * (k & 3) + o + (k >> 2); }
 
-/* The scale fold for one token (docs/NUMERICS.md, "The scale fold"; the AVX-512 FOLD_TAB): the two
- * vpshufb tables of the E2M1 values times k3_fold_scale(E) (±0 for E = 255), FOLD_HL[E] = 16 top
- * bytes then 16 next bytes (w·s is an E2M1 value moved in exponent, so its low 16 bits stay zero
- * inside the guard), filled once. A folded group reads the tables of its own scale byte: no scale
- * multiplies (18 ymm ops per group instead of 20) and no skip test for E = 255 (it adds ±0). */
-static uint8_t FOLD_HL[256][32] __attribute__((aligned(32)));
-static pthread_once_t fold_once = PTHREAD_ONCE_INIT;
-static void fold_fill(void) {
-  for (int e = 0; e < 256; e++)
-    for (int i = 0; i < 16; i++) {
-      float v = k3_fold_scale((uint8_t)e) * k3_e2m1[i];
-      uint32_t b;
-      memcpy(&b, &v, 4);
-      FOLD_HL[e][i] = (uint8_t)(b >> 24);
-      FOLD_HL[e][16 + i] = (uint8_t)(b >> 16);
-    }
-}
-
 /* One token, row r (see above). MASKED: the row has a scale 255 somewhere (those groups are
- * skipped); rows without one run no per-group test. FOLD: x and every scale of the row inside the
- * fold's guard; the tables are the group's FOLD_HL[E], the same bits. The software prefetch is MX_DECODE_PF
+ * skipped); rows without one run no per-group test. The software prefetch is MX_DECODE_PF
  * (k3_matmul_x86.h; here: 10.3 → 11.0 GB/s on 3072×3584 at 2 threads in the dev harness, 1.02× in
- * bench/kernels.ts — the AVX2 loop's 20 ymm ops per group bound it first). */
-TAVX2 INLINE float mx_t1_row(const uint8_t* P, const uint8_t* S, int32_t G, const float* xp, const int MASKED,
-                            const int FOLD) {
-  const __m256i hi_e2m1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)E2M1_HI));
-  const __m256i lo_e2m1 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)E2M1_LO));
+ * bench/kernels.ts — the AVX2 loop's 20 ymm ops per group bound it first). The scale fold (the
+ * two vpshufb tables of each scale byte's E2M1·s, loaded per group: 18 ops) ran 0.95–0.99× as
+ * fast in L2 and no faster from DRAM (docs/BENCH-KERNELS.md, "the one-token scale fold"). */
+TAVX2 INLINE float mx_t1_row(const uint8_t* P, const uint8_t* S, int32_t G, const float* xp, const int MASKED) {
+  const __m256i hi_tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)E2M1_HI));
+  const __m256i lo_tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)E2M1_LO));
   const __m256i cnt = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4), m4 = _mm256_set1_epi8(15);
   const __m256i hiw = _mm256_set1_epi32((int)0xFFFF0000u);
   __m256 ae = _mm256_setzero_ps(), ao = _mm256_setzero_ps();
   for (int32_t g = 0; g < G; g++) {
     if ((g & 3) == 0) _mm_prefetch((const char*)P + g * 16 + MX_DECODE_PF, _MM_HINT_T0);
     if (MASKED && S[g] == 255) continue; /* NaN scale: the group is skipped */
-    const __m256i hi_tab = FOLD ? _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)FOLD_HL[S[g]])) : hi_e2m1;
-    const __m256i lo_tab = FOLD ? _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i*)(FOLD_HL[S[g]] + 16))) : lo_e2m1;
     __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)(P + g * 16)));
     __m256i n = _mm256_and_si256(_mm256_srlv_epi32(v, cnt), m4);
     __m256i th = _mm256_shuffle_epi8(hi_tab, n), tl = _mm256_shuffle_epi8(lo_tab, n);
@@ -227,15 +206,11 @@ TAVX2 INLINE float mx_t1_row(const uint8_t* P, const uint8_t* S, int32_t G, cons
     __m256 ae_w = _mm256_castsi256_ps(_mm256_slli_epi32(wa, 16)), ao_w = _mm256_castsi256_ps(_mm256_and_si256(wa, hiw));
     __m256 be_w = _mm256_castsi256_ps(_mm256_slli_epi32(wb, 16)), bo_w = _mm256_castsi256_ps(_mm256_and_si256(wb, hiw));
     const float* x = xp + g * 32;
+    __m256 s = _mm256_set1_ps(k3_e8m0(S[g]));
     __m256 pe = _mm256_add_ps(_mm256_mul_ps(ae_w, _mm256_load_ps(x)), _mm256_mul_ps(be_w, _mm256_load_ps(x + 16)));
     __m256 po = _mm256_add_ps(_mm256_mul_ps(ao_w, _mm256_load_ps(x + 8)), _mm256_mul_ps(bo_w, _mm256_load_ps(x + 24)));
-    if (!FOLD) {
-      const __m256 s = _mm256_set1_ps(k3_e8m0(S[g]));
-      pe = _mm256_mul_ps(pe, s);
-      po = _mm256_mul_ps(po, s);
-    }
-    ae = _mm256_add_ps(ae, pe);
-    ao = _mm256_add_ps(ao, po);
+    ae = _mm256_add_ps(ae, _mm256_mul_ps(pe, s));
+    ao = _mm256_add_ps(ao, _mm256_mul_ps(po, s));
   }
   float e[8], o[8], v[16];
   _mm256_storeu_ps(e, ae);
@@ -254,15 +229,12 @@ TAVX2 static void mx_t1_rows(const mm_job* j, int64_t r0, int64_t r1) {
       xp[g * 32 + 16 + k] = j->X[g * 32 + 16 + t1_col(k, 0)];
       xp[g * 32 + 24 + k] = j->X[g * 32 + 16 + t1_col(k, 2)];
     }
-  const int x_ok = k3_fold_x_ok(j->X, j->ldx, 1, cols);
-  pthread_once(&fold_once, fold_fill);
   for (int64_t r = r0; r < r1; r++) {
     const uint8_t* P = (const uint8_t*)j->W + r * (cols / 2);
     const uint8_t* S = j->S + r * G;
-    int nan = 0, unfoldable = 0;
-    for (int32_t g = 0; g < G; g++) nan |= S[g] == 255, unfoldable |= !k3_fold_e_ok(S[g]);
-    if (__builtin_expect(x_ok && !unfoldable, 1)) j->Y[r] = mx_t1_row(P, S, G, xp, 0, 1);
-    else j->Y[r] = nan ? mx_t1_row(P, S, G, xp, 1, 0) : mx_t1_row(P, S, G, xp, 0, 0);
+    int nan = 0;
+    for (int32_t g = 0; g < G; g++) nan |= S[g] == 255;
+    j->Y[r] = __builtin_expect(nan, 0) ? mx_t1_row(P, S, G, xp, 1) : mx_t1_row(P, S, G, xp, 0);
   }
 }
 

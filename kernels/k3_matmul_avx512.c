@@ -18,7 +18,6 @@
  * in π order (once per call for one token, else one vpermps per 16 x shared by the block's
  * rows). Before the halving tree the accumulator is permuted back to logical order. */
 #include "k3_matmul_x86.h"
-#include <pthread.h>
 /* One-token dense products read rows of at least this many bytes DENSE_DECODE_ROWS at a time
  * (then 4, then 1); shorter rows one at a time. Measured (docs/BENCH-KERNELS.md): with 14 KB rows
  * 4 side-by-side streams were ~1.6× faster than one row at a time, with ≤ 7 KB rows slower — but
@@ -184,36 +183,20 @@ T512 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, 
   mx_block_x(j, r, t0, RB, TB, 1);
 }
 
-/* The scale fold for one token (docs/NUMERICS.md, "The scale fold"): FOLD_TAB[E] is the 16-entry
- * E2M1 table times k3_fold_scale(E) (±0 for E = 255), 64 bytes per scale byte, filled once. A
- * folded group's vpermps reads the table of its own scale byte, so the per-group scale multiply and
- * broadcast go and E = 255 needs no mask (its weights are ±0: the group adds ±0, i.e. is skipped).
- * Only the rows of the scale bytes a matrix uses get cached (a few dozen). */
-static float FOLD_TAB[256][16] __attribute__((aligned(64)));
-static pthread_once_t fold_once = PTHREAD_ONCE_INIT;
-static void fold_fill(void) {
-  for (int e = 0; e < 256; e++)
-    for (int i = 0; i < 16; i++) FOLD_TAB[e][i] = k3_fold_scale((uint8_t)e) * k3_e2m1[i];
-}
-
-/* One token, row r, x in π order (xp). Unfolded: 9 vector ops per group (2 vpsrlvd + 2 vpermps
- * decode, 3 vmulps, 2 vaddps); MASKED: the row has a scale 255 somewhere (those groups are skipped
- * by a merge-masked add, exactly as the scalar `continue`); rows without one run no per-group test.
- * FOLD (x and every scale of the row inside the fold's guard): 8 (2 vpsrlvd + 2 vpermps through
- * FOLD_TAB[E], 2 vmulps, 2 vaddps: acc += ws_a·xa + ws_b·xb), the same bits. */
-T512 INLINE void mx_decode_row(const mm_job* j, int64_t r, const float* xp, const int MASKED, const int FOLD) {
+/* One token, row r, x in π order (xp): 9 vector ops per group (2 vpsrlvd + 2 vpermps decode,
+ * 3 vmulps, 2 vaddps). MASKED: the row has a scale 255 somewhere (those groups are skipped by a
+ * merge-masked add, exactly as the scalar `continue`); rows without one run no per-group test. */
+T512 INLINE void mx_decode_row(const mm_job* j, int64_t r, const float* xp, const int MASKED) {
   const int32_t G = j->cols / 32;
   const uint8_t* P = (const uint8_t*)j->W + r * (j->cols / 2);
   const uint8_t* S = j->S + r * G;
-  const __m512 e2m1 = _mm512_loadu_ps(k3_e2m1);
+  const __m512 tab = _mm512_loadu_ps(k3_e2m1);
   const __m512i cnt = _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
   __m512 acc = _mm512_setzero_ps();
   for (int32_t g = 0; g < G; g++) {
     if ((g & 3) == 0) _mm_prefetch((const char*)P + g * 16 + MX_DECODE_PF, _MM_HINT_T0);
-    const __m512 tab = FOLD ? _mm512_load_ps(FOLD_TAB[S[g]]) : e2m1;
     __m512 wa = e2m1x16_pi(P + g * 16, tab, cnt), wb = e2m1x16_pi(P + g * 16 + 8, tab, cnt);
     __m512 p = _mm512_add_ps(_mm512_mul_ps(wa, _mm512_load_ps(xp + g * 32)), _mm512_mul_ps(wb, _mm512_load_ps(xp + g * 32 + 16)));
-    if (FOLD) { acc = _mm512_add_ps(acc, p); continue; }
     __m512 q = _mm512_mul_ps(p, _mm512_set1_ps(k3_e8m0(S[g])));
     acc = MASKED ? _mm512_mask_add_ps(acc, S[g] == 255 ? 0 : 0xFFFF, acc, q) : _mm512_add_ps(acc, q);
   }
@@ -221,38 +204,13 @@ T512 INLINE void mx_decode_row(const mm_job* j, int64_t r, const float* xp, cons
   j->Y[r] = tree_avx512(_mm512_permutexvar_ps(unpi, acc));
 }
 
-/* The n scale bytes at S in one vector pass (64 at a time, the tail masked): bit 0 set when one
- * is 255, bit 1 when one is outside the fold's guard (k3_fold_e_ok). */
-#define SCAN_NAN 1
-#define SCAN_UNFOLDABLE 2
-T512 INLINE int mx_scan_scales(const uint8_t* S, int64_t n) {
-  const __m512i ff = _mm512_set1_epi8((char)0xFF), lo = _mm512_set1_epi8((char)K3_FOLD_E_MIN);
-  const __m512i span = _mm512_set1_epi8((char)(K3_FOLD_E_MAX - K3_FOLD_E_MIN));
-  __mmask64 nan = 0, out = 0;
-  for (int64_t i = 0; i < n; i += 64) {
-    const __mmask64 m = n - i >= 64 ? ~0ull : ~0ull >> (64 - (n - i));
-    const __m512i v = _mm512_maskz_loadu_epi8(m, S + i);
-    const __mmask64 is255 = _mm512_mask_cmpeq_epi8_mask(m, v, ff);
-    nan |= is255;
-    out |= _mm512_mask_cmpgt_epu8_mask(m & ~is255, _mm512_sub_epi8(v, lo), span);
-  }
-  return (nan ? SCAN_NAN : 0) | (out ? SCAN_UNFOLDABLE : 0);
-}
-
-/* x (cols, a multiple of 16) into π order at xp; returns 1 when every x is inside the fold's guard
- * (k3_fold_x_ok: ±0 or 2^-60 ≤ |x| ≤ 2^60), checked on the same loads. */
-T512 INLINE int mx_prepare_x(const float* X, int32_t cols, float* xp) {
-  const __m512i pi = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
-  const __m512i abs = _mm512_set1_epi32(0x7FFFFFFF), lo = _mm512_set1_epi32((int)K3_FOLD_X_MIN_BITS);
-  const __m512i span = _mm512_set1_epi32((int)(K3_FOLD_X_MAX_BITS - K3_FOLD_X_MIN_BITS));
-  __mmask16 bad = 0;
-  for (int32_t c = 0; c < cols; c += 16) {
-    const __m512 v = _mm512_loadu_ps(X + c);
-    _mm512_store_ps(xp + c, _mm512_permutexvar_ps(pi, v));
-    const __m512i a = _mm512_and_si512(_mm512_castps_si512(v), abs);
-    bad |= _mm512_mask_cmpgt_epu32_mask(_mm512_test_epi32_mask(a, a), _mm512_sub_epi32(a, lo), span);
-  }
-  return bad == 0;
+/* Whether any of the n scale bytes at S is 255 (a vector compare per 64, the tail masked). */
+T512 INLINE int mx_any_nan(const uint8_t* S, int64_t n) {
+  const __m512i ff = _mm512_set1_epi8((char)0xFF);
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) if (_mm512_cmpeq_epi8_mask(_mm512_loadu_si512(S + i), ff)) return 1;
+  const __mmask64 tail = n > i ? ~0ull >> (64 - (n - i)) : 0;
+  return _mm512_mask_cmpeq_epi8_mask(tail, _mm512_maskz_loadu_epi8(tail, S + i), ff) != 0;
 }
 
 /* One token (decode), cols ≤ XPRE_MAX_COLS: x is put in π order once per call, then rows run one
@@ -260,7 +218,10 @@ T512 INLINE int mx_prepare_x(const float* X, int32_t cols, float* xp) {
  * software prefetch MX_DECODE_PF ahead. Measured (docs/BENCH-KERNELS.md, "One-token MXFP4"):
  * 2 / 4 / 8 rows side by side sharing the x loads were no faster in cache (5.2 cycles per
  * row·group either way: the 9 vector ops bound it, not the loads) and slower from DRAM (1 thread:
- * 8.7 / 7.7 vs 9.9 GB/s, even with prefetch).
+ * 8.7 / 7.7 vs 9.9 GB/s, even with prefetch). The scale fold through a table per scale byte
+ * (FOLD_TAB[E] = the E2M1 table times k3_fold_scale(E), read by the group's vpermps: 8 ops, no
+ * scale broadcast, the same bits) measured no faster, in L2 or from DRAM (issue 23, "the one-token
+ * scale fold" in docs/BENCH-KERNELS.md), so one token does not fold.
  * Several tokens: rows in blocks of 4 (leftover rows one at a time), tokens in blocks of 4 then the
  * tail: 16 accumulators + 8 decoded vectors + x + constants just fit the 32 zmm (4×4 measured ~4%
  * faster than 2×4 per weight·token in cache). */
@@ -270,15 +231,12 @@ T512 void k3_mm_mxfp4_avx512(const mm_job* j, int64_t r0, int64_t r1) {
   int64_t r = r0;
   if (T == 1 && j->cols <= XPRE_MAX_COLS) {
     float xp[XPRE_MAX_COLS] __attribute__((aligned(64)));   /* x in π order, 32 KB of stack at most */
-    const int x_ok = mx_prepare_x(j->X, j->cols, xp);
+    const __m512i pi = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+    for (int32_t c = 0; c < j->cols; c += 16) _mm512_store_ps(xp + c, _mm512_permutexvar_ps(pi, _mm512_loadu_ps(j->X + c)));
     const int32_t G = j->cols / 32;
-    pthread_once(&fold_once, fold_fill);
-    for (; r < r1; r++) {
-      const int scan = mx_scan_scales(j->S + r * G, G);
-      if (__builtin_expect(x_ok && !(scan & SCAN_UNFOLDABLE), 1)) mx_decode_row(j, r, xp, 0, 1);
-      else if (scan & SCAN_NAN) mx_decode_row(j, r, xp, 1, 0);
-      else mx_decode_row(j, r, xp, 0, 0);
-    }
+    for (; r < r1; r++)
+      if (__builtin_expect(mx_any_nan(j->S + r * G, G), 0)) mx_decode_row(j, r, xp, 1);
+      else mx_decode_row(j, r, xp, 0);
     return;
   }
   for (; r + 4 <= r1; r += 4) {

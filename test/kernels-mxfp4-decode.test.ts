@@ -87,20 +87,20 @@ describe("one-token MXFP4 equals the scalar path bit for bit", () => {
       });
 });
 
-// The one-token scale fold (docs/NUMERICS.md, "The scale fold"; kernels/k3_matmul_avx512.c
-// FOLD_TAB, _avx2.c FOLD_HL): a row whose scales are all inside the guard (E − 127 ∈ [−30, 30] or
-// E = 255) runs acc += (w·s)·xa + (w·s)·xb with E = 255 folded as w·s = ±0, when every x of the
-// call is ±0 or 2^-60 ≤ |x| ≤ 2^60; other rows and calls run the unfolded loop (masked where a
-// row has E = 255). Every ISA path at 1–3 threads gives the scalar path's bits on: x inside the
-// guard with ±0, ±2^-60 and ±2^60 mixed in; that x plus one outlier (2^-61, 2^61, a subnormal,
-// ±inf, NaN: the whole call unfolds); every x subnormal / a tiny normal / huge (where a fold
-// would change bits). Rows (65 groups: the AVX-512 scan's full block and its tail): clean; every
-// group one of the edge bytes 0, 1, 96, 97, 157, 158, 254, 255; one scale outside (254 / 0 / 96
-// / 158) in the first, 64th, middle or last group; E = 255 in the first, last or every third group;
-// E = 255 mixed with an outside scale — and the same rows again at the end of the matrix (another
-// thread's part). Widening the kernels' guard (every finite x; every E; E = 255 folded with its
-// +inf scale) makes one of these fail.
-describe("one-token MXFP4 scale fold: the scalar path's bits on every ISA, threads 1–3", () => {
+// One-token MXFP4 at the scale fold's guard (docs/NUMERICS.md, "The scale fold"): the one-token
+// paths do not fold (a fold through a per-scale-byte table was built, pinned by these cases and
+// measured no faster on Zen 4: docs/BENCH-KERNELS.md, "Issue 23, item 4: the one-token scale
+// fold"), and these cases are what any one-token fold must pass. Every ISA path at 1–3 threads
+// gives the scalar path's bits on: x inside the guard (±0, ±2^-60 and ±2^60 mixed in); that x plus
+// one outlier (2^-61, 2^61, a subnormal, ±inf, NaN: a fold must not run for the call); every x
+// subnormal / a tiny normal / huge (where a fold changes bits). Rows (65 groups: the AVX-512 scale
+// scan's full block and its tail): clean; every group one of the edge bytes 0, 1, 96, 97, 157, 158,
+// 254, 255; one scale outside the guard (254 / 0 / 96 / 158) in the first, 64th, middle or last
+// group; E = 255 in the first, last or every third group; E = 255 mixed with an outside scale —
+// and the same rows again at the end of the matrix (another thread's part). With that fold in the
+// kernels (docs/BENCH-KERNELS.md, same section), widening its guard to every finite x, to every E, or
+// folding E = 255 with its +inf scale made these fail on AVX2 and AVX-512 at every thread count.
+describe("one-token MXFP4 at the scale fold's guard: the scalar path's bits on every ISA, threads 1–3", () => {
   const COLS = 2080, G = COLS / 32, EDGE_E = [0, 1, 96, 97, 157, 158, 254, 255];
   const f32 = (v: number) => Math.fround(v);
   const SUBNORMAL = new Float32Array(new Uint32Array([0x00000001, 0x00012345, 0x007fffff]).buffer);
@@ -163,7 +163,7 @@ describe("one-token MXFP4 scale fold: the scalar path's bits on every ISA, threa
   const rowName = (row: number) => specialOf(row)?.[0] ?? "clean";
   const want = xs.map((c) => bits(withIsaThreads(ISA.scalar, 1, () => runT1(c.X, c.S))));
 
-  test("the cases can fail: a wrong fold shows in the scalar outputs", () => {
+  test("the cases can fail: a fold outside the guard would show in the scalar outputs", () => {
     const y = withIsaThreads(ISA.scalar, 1, () => runT1(inside, clean));
     const at = (name: string) => y[special.findIndex(([n]) => n === name)]!;
     // E = 255 groups are skipped: finite (folded with its +inf scale they would be ±inf or NaN);
