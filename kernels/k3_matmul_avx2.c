@@ -187,7 +187,9 @@ static inline int t1_col(int k, int o) { return 4 * (k & 3) + o + (k >> 2); }
 /* One token, row r (see above). MASKED: the row has a scale 255 somewhere (those groups are
  * skipped); rows without one run no per-group test. The software prefetch is MX_DECODE_PF
  * (k3_matmul_x86.h; here: 10.3 → 11.0 GB/s on 3072×3584 at 2 threads in the dev harness, 1.02× in
- * bench/kernels.ts — the AVX2 loop's 20 ymm ops per group bound it first). */
+ * bench/kernels.ts — the AVX2 loop's 20 ymm ops per group bound it first). The scale fold (the
+ * two vpshufb tables of each scale byte's E2M1·s, loaded per group: 18 ops) ran 0.95–1.06× as
+ * fast in L2 and the same from DRAM (docs/BENCH-KERNELS.md, "the one-token scale fold"). */
 TAVX2 INLINE float mx_t1_row(const uint8_t* P, const uint8_t* S, int32_t G, const float* xp, const int MASKED) {
   const __m256i hi_tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)E2M1_HI));
   const __m256i lo_tab = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i*)E2M1_LO));

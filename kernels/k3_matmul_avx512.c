@@ -218,7 +218,10 @@ T512 INLINE int mx_any_nan(const uint8_t* S, int64_t n) {
  * software prefetch MX_DECODE_PF ahead. Measured (docs/BENCH-KERNELS.md, "One-token MXFP4"):
  * 2 / 4 / 8 rows side by side sharing the x loads were no faster in cache (5.2 cycles per
  * row·group either way: the 9 vector ops bound it, not the loads) and slower from DRAM (1 thread:
- * 8.7 / 7.7 vs 9.9 GB/s, even with prefetch).
+ * 8.7 / 7.7 vs 9.9 GB/s, even with prefetch). The scale fold through a table per scale byte
+ * (FOLD_TAB[E] = the E2M1 table times k3_fold_scale(E), read by the group's vpermps: 8 ops, no
+ * scale broadcast, the same bits) measured no faster, in L2 (0.92–1.02×) or from DRAM (issue 23,
+ * "the one-token scale fold" in docs/BENCH-KERNELS.md), so one token does not fold.
  * Several tokens: rows in blocks of 4 (leftover rows one at a time), tokens in blocks of 4 then the
  * tail: 16 accumulators + 8 decoded vectors + x + constants just fit the 32 zmm (4×4 measured ~4%
  * faster than 2×4 per weight·token in cache). */
