@@ -7,7 +7,7 @@
 // a NaN with a payload no kernel produces, so a row no block covered is seen.
 import { describe, expect, test } from "bun:test";
 import { K3_STATUS } from "../src/kernels.ts";
-import { allIsas, bitsHash, k, randBF16, randF32, randMXFP4, rng, withIsaThreads } from "./kernels.helpers.ts";
+import { allIsas, bitsHash, k, randF32, randFormats, rng, withIsaThreads } from "./kernels.helpers.ts";
 
 const DENSE = 710; // a column tail (710 % 16 = 6); 97 rows × 710 ≥ the 64K weights that use the pool
 const GROUPED = 704; // whole groups of 32
@@ -19,12 +19,7 @@ type Call = (X: Float32Array, Y: Float32Array, rows: number, T: number) => numbe
 
 function formats(maxRows: number): { name: string; cols: number; call: Call }[] {
   const r = rng(0x48);
-  const Wb = randBF16(r, maxRows * DENSE);
-  const Wf = randF32(r, maxRows * DENSE, -2, 2);
-  const mx = randMXFP4(r, maxRows, GROUPED);
-  const q8 = new Int8Array(maxRows * GROUPED).map(() => r.int(255) - 127);
-  const q4 = new Uint8Array((maxRows * GROUPED) / 2).map(() => r.int(256));
-  const qs = randF32(r, (maxRows * GROUPED) / 32, 0.001, 0.1);
+  const { Wb, Wf, mx, q8, q4, qs } = randFormats(r, maxRows, DENSE, GROUPED);
   const d = DENSE, g = GROUPED;
   return [
     { name: "bf16", cols: d, call: (X, Y, n, T) => k.k3_matmul_bf16(Wb, X, d, Y, n, n, d, T) },

@@ -8,7 +8,7 @@
 // does not handle is refused with nothing written, never a silent no-op.
 import { describe, expect, test } from "bun:test";
 import { K3_STATUS } from "../src/kernels.ts";
-import { allIsas, bitsHash, k, randBF16, randF32, randMXFP4, rng, withIsaThreads } from "./kernels.helpers.ts";
+import { allIsas, bitsHash, k, randBF16, randF32, randFormats, randMXFP4, rng, withIsaThreads } from "./kernels.helpers.ts";
 
 type Call = (X: Float32Array, ldx: number, Y: Float32Array, ldy: number, r0: number, n: number, T: number) => number;
 interface Kernel {
@@ -24,12 +24,7 @@ function kernels(): Kernel[] {
   const rows = 300;
   const dense = 230; // a column tail (230 % 16 = 6)
   const q = 320; // whole groups of 32
-  const Wb = randBF16(r, rows * dense);
-  const Wf = randF32(r, rows * dense, -2, 2);
-  const mx = randMXFP4(r, rows, q);
-  const q8 = new Int8Array(rows * q).map(() => r.int(255) - 127);
-  const q4 = new Uint8Array((rows * q) / 2).map(() => r.int(256));
-  const qs = randF32(r, (rows * q) / 32, 0.001, 0.1);
+  const { Wb, Wf, mx, q8, q4, qs } = randFormats(r, rows, dense, q);
   const sub = <A extends { subarray(a: number): A }>(a: A, off: number) => a.subarray(off);
   return [
     { name: "bf16", rows, cols: dense, call: (X, ldx, Y, ldy, r0, n, T) => k.k3_matmul_bf16(sub(Wb, r0 * dense), X, ldx, Y, ldy, n, dense, T) },

@@ -57,6 +57,18 @@ export function randMXFP4(r: Rng, rows: number, cols: number) {
   return { packed, scales };
 }
 
+/** Random weights of all five matmul formats for `rows` rows: bf16 and f32 of `dense` columns,
+ *  MXFP4, int8 and int4 (with their f32 group scales) of `grouped` columns (a multiple of 32). */
+export function randFormats(r: Rng, rows: number, dense: number, grouped: number) {
+  const Wb = randBF16(r, rows * dense);
+  const Wf = randF32(r, rows * dense, -2, 2);
+  const mx = randMXFP4(r, rows, grouped);
+  const q8 = new Int8Array(rows * grouped).map(() => r.int(255) - 127);
+  const q4 = new Uint8Array((rows * grouped) / 2).map(() => r.int(256));
+  const qs = randF32(r, (rows * grouped) / 32, 0.001, 0.1);
+  return { Wb, Wf, mx, q8, q4, qs };
+}
+
 export const f64 = (a: ArrayLike<number>) => Float64Array.from(a);
 
 /** Forces an ISA and a pool size for the duration of fn (restored after). */
