@@ -53,7 +53,7 @@ beforeAll(async () => {
 
 describe(`linux-arm64 under qemu-aarch64${SKIP}`, () => {
   test.skipIf(!!MISSING)(`kernel bit tests pass on arm64, NEON path included${SKIP}`, () => {
-    const files = ["kernels-matmul-bits", "kernels-mla-bits", "kernels-kda-bits", "kernels-strided", "kernels-libm-bits", "kernels-determinism", "kernels-q", "kernels-draft", "kernels-bx4", "crc"].map((f) => `test/${f}.test.ts`);
+    const files = ["kernels-matmul-bits", "kernels-mla-bits", "kernels-kda-bits", "kernels-strided", "kernels-row-blocks", "kernels-libm-bits", "kernels-determinism", "kernels-q", "kernels-draft", "kernels-bx4", "crc"].map((f) => `test/${f}.test.ts`);
     // Emulated and on a shared machine a test can take ~10× its native time: bun's own 5 s
     // per-test limit is not a property of these tests (no timing is asserted).
     const r = arm64(["test", "--timeout", "300000", ...files], { asBun: true });
