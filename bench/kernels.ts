@@ -10,7 +10,7 @@
 //   bun bench/kernels.ts [--runs 3] [--T 1,8,32,64,256] [--threads 1,2] [--isa avx2,avx512,neon]
 //                        [--kernels bf16,mxfp4,int4] [--old bench/out/old/libkernels.so] [--json out.json]
 //                        [--bf16-shape 2048x7168]   (rows×cols of the bf16 matrices, e.g. decode's 7168x3584)
-//                        [--offset 0]   (bytes past a 64-byte line where every weight matrix starts, 0–63, even:
+//                        [--offset 0]   (bytes past a 64-byte line where every weight matrix starts, 0–62, even:
 //                                        a tensor read with O_DIRECT keeps its file offset's alignment)
 // Output: markdown tables on stdout (progress on stderr); --json writes every raw number.
 import { dlopen, FFIType, ptr as addressOf } from "bun:ffi";

@@ -123,11 +123,10 @@ T512 INLINE __m512 e2m1x16_pi(const uint8_t* p8, __m512 tab, __m512i cnt) {
 }
 
 /* Rows r..r+RB−1, tokens t0..t0+TB−1 (several tokens, or one with cols > XPRE_MAX_COLS). x comes
- * from X, permuted to π order in the loop and shared by the RB rows. PF: sweep
- * prefetches over a later block (k3_pf_target). A group whose scale is 255 in any of the block's
- * rows takes the masked path (merge-masked add = the group is skipped for that row, exactly). */
-T512 INLINE void mx_block_x(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB,
-                            const int PF) {
+ * from X, permuted to π order in the loop and shared by the RB rows; a prefetch sweep over a
+ * later block (k3_pf_target). A group whose scale is 255 in any of the block's rows takes the
+ * masked path (merge-masked add = the group is skipped for that row, exactly). */
+T512 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB) {
   const int32_t cols = j->cols, G = cols / 32;
   const int64_t rb = cols / 2;
   const uint8_t* P = (const uint8_t*)j->W + r * rb;  /* [RB][cols/2] */
@@ -140,7 +139,7 @@ T512 INLINE void mx_block_x(const mm_job* j, int64_t r, int32_t t0, const int RB
   UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++) acc[i][t] = _mm512_setzero_ps();
   const char* next = k3_pf_target(P, RB * rb);
   for (int32_t g = 0; g < G; g++) {
-    if (PF) _mm_prefetch(next + (int64_t)g * RB * 16, _MM_HINT_T0); /* RB·16 ≤ 64 bytes read per group */
+    _mm_prefetch(next + (int64_t)g * RB * 16, _MM_HINT_T0); /* RB·16 ≤ 64 bytes read per group */
     __m512 wa[4], wb[4], s[4];
     int nan_any = 0;
     UNROLL for (int i = 0; i < RB; i++) {
@@ -179,10 +178,6 @@ T512 INLINE void mx_block_x(const mm_job* j, int64_t r, int32_t t0, const int RB
     j->Y[(int64_t)(t0 + t) * j->ldy + r + i] = tree_avx512(_mm512_permutexvar_ps(unpi, acc[i][t]));
 }
 
-T512 INLINE void mx_block(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB) {
-  mx_block_x(j, r, t0, RB, TB, 1);
-}
-
 /* One token, row r, x in π order (xp): 9 vector ops per group (2 vpsrlvd + 2 vpermps decode,
  * 3 vmulps, 2 vaddps). MASKED: the row has a scale 255 somewhere (those groups are skipped by a
  * merge-masked add, exactly as the scalar `continue`); rows without one run no per-group test. */
@@ -217,7 +212,7 @@ T512 INLINE int mx_any_nan(const uint8_t* S, int64_t n) {
  * at a time: one sequential weight stream, no x shuffles, the E = 255 test once per row, a
  * software prefetch MX_DECODE_PF ahead. Measured (docs/BENCH-KERNELS.md, "One-token MXFP4"):
  * 2 / 4 / 8 rows side by side sharing the x loads were no faster in cache (5.2 cycles per
- * row·group either way: the 9 vector ops bound it, not the loads) and slower from DRAM (1 thread:
+ * row·group either way: not the x loads) and slower from DRAM (1 thread:
  * 8.7 / 7.7 vs 9.9 GB/s, even with prefetch). The scale fold through a table per scale byte
  * (FOLD_TAB[E] = the E2M1 table times k3_fold_scale(E), read by the group's vpermps: 8 ops, no
  * scale broadcast, the same bits) measured no faster, in L2 (0.92–1.02×) or from DRAM (issue 23,
