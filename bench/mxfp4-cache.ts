@@ -31,9 +31,10 @@ export function mxfp4Operands(rows: number, cols: number, seed = 1): { P: Uint8A
   return { P, S, X };
 }
 
-/** Best of `passes` passes of ≥ `ms` ms each of back-to-back one-token calls on one matrix (warmed). */
-export function mxfp4InCache(matmul: MxFn, rows: number, cols: number, ms = 50, passes = 3): Mxfp4InCache {
-  if (cols % 32 || rows < 1) throw new Error(`mxfp4InCache: ${rows}×${cols} wants rows ≥ 1 and columns a multiple of 32`);
+/** A measurer on one matrix (operands made once): each call is the best of `passes` passes of ≥ `ms`
+ * ms each of back-to-back one-token calls, after 64 untimed calls (into cache, pool awake). */
+export function mxfp4InCache(matmul: MxFn, rows: number, cols: number): (ms: number, passes: number) => Mxfp4InCache {
+  if (!Number.isInteger(rows) || rows < 1 || cols % 32) throw new Error(`mxfp4InCache: ${rows}×${cols} wants rows ≥ 1 and columns a multiple of 32`);
   const { P, S, X } = mxfp4Operands(rows, cols);
   const Y = new Float32Array(rows);
   const call = () => {
@@ -41,20 +42,22 @@ export function mxfp4InCache(matmul: MxFn, rows: number, cols: number, ms = 50, 
     if (st !== 0) throw new Error(`k3_matmul_mxfp4 ${rows}×${cols} refused its arguments (status ${st})`);
   };
   const bytesPerCall = (rows * cols) / 2 + (rows * cols) / 32;
-  for (let i = 0; i < 64; i++) call(); // into cache, pool awake
-  const out: number[] = [];
-  let bestNs = Infinity;
-  for (let p = 0; p < passes; p++) {
-    let n = 0;
-    const t0 = Bun.nanoseconds();
-    let t = t0;
-    while (t - t0 < ms * 1e6) {
-      for (let i = 0; i < 16; i++) call();
-      n += 16;
-      t = Bun.nanoseconds();
+  return (ms, passes) => {
+    for (let i = 0; i < 64; i++) call();
+    const out: number[] = [];
+    let bestNs = Infinity;
+    for (let p = 0; p < passes; p++) {
+      let n = 0;
+      const t0 = Bun.nanoseconds();
+      let t = t0;
+      while (t - t0 < ms * 1e6) {
+        for (let i = 0; i < 16; i++) call();
+        n += 16;
+        t = Bun.nanoseconds();
+      }
+      out.push((bytesPerCall * n) / (t - t0));
+      bestNs = Math.min(bestNs, (t - t0) / n);
     }
-    out.push((bytesPerCall * n) / (t - t0));
-    bestNs = Math.min(bestNs, (t - t0) / n);
-  }
-  return { rows, cols, bytesPerCall, gbs: Math.max(...out), passes: out, usPerCall: bestNs / 1e3 };
+    return { rows, cols, bytesPerCall, gbs: Math.max(...out), passes: out, usPerCall: bestNs / 1e3 };
+  };
 }

@@ -67,7 +67,7 @@ arms[0]!.k.k3_mem_free(buf);
 
 const cpu = cpuInfo();
 console.log(`CPU: ${cpu.model}; ${THREADS} threads; ${BYTES / 2 ** 20} MiB buffer; ${ROUNDS} rounds, every arm once per round; sum ${want} in every pass`);
-console.log(`load average at each round start and at the end: ${loads.join(" → ")}\n`);
+console.log(`load average (1/5/15 min) at the first round's start and at the end: ${loads[0]} → ${loads.at(-1)}\n`);
 const first = arms[0]!.name;
 console.log(`| arm | library | best GB/s | median GB/s | min GB/s | best / ${first} | median / ${first} | median of the rounds' ${first}-paired ratios |\n|---|---|---|---|---|---|---|---|`);
 const b0 = Math.max(...arms[0]!.gbs), m0 = median(arms[0]!.gbs);
