@@ -140,8 +140,8 @@ K3_API void k3_mem_copy(void* dst, const void* src, int64_t bytes) {
 /* Read bandwidth probe: sum of all bytes (mod 2^64). The bench times it against the matmuls; the
  * sum is returned so the reads cannot be elided. The pool's parts take fixed 2 MiB blocks from a
  * shared counter until none is left, so a part on a slower or preempted vCPU reads less instead of
- * holding the others at the barrier: fixed halves under-measured the 2-vCPU Zen 4 by 4–7 % (the
- * median of 100 interleaved rounds' paired ratios; guided blocks and fixed 1, 4 or 16 MiB read
+ * holding the others at the barrier: fixed halves under-measured the 2-vCPU Zen 4 by 4–9 % (the
+ * median of interleaved rounds' paired ratios; guided blocks and fixed 1, 4 or 16 MiB blocks read
  * the same within the noise; docs/BENCH-KERNELS.md, "Issue 23, round five"). Integer sums are
  * order-free, so the value does not depend on which part read which block. */
 enum { SUM_BLOCK = 2 << 20 };
