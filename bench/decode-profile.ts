@@ -4,11 +4,16 @@
 // state) ÷ the memory read rate measured in the same process with the same threads: the best of
 // 3 probe passes before each round, and (decode) one probe pass between every two tokens — the
 // rate in the same seconds as the tokens, reported as median step ÷ median floor beside it.
+// Beside it, a compute-aware floor: one-token MXFP4 is bound by the vector units, not memory, on
+// hosts such as Zen 4, so the routed experts' MXFP4 bytes are charged at min(read rate, the rate
+// k3_matmul_mxfp4 reaches on a matrix in cache, measured before each round: bench/mxfp4-cache.ts),
+// the bf16 trunk and every other byte at the read rate; step ÷ it says how far decode is from
+// what this host's kernels could do at best.
 // Opt-in; the resident slice takes ~14 GB: run it under `flock /work/locks/bigmem`.
 //
 //   bun bench/decode-profile.ts [--model models/slice] [--ram SIZE | resident] [--threads 2]
 //                               [--prompt 32] [--tokens 16] [--runs 3] [--isa auto] [--json out]
-//                               [--phase decode | prefill] [--chunk N]
+//                               [--phase decode | prefill] [--chunk N] [--mx-rows 192·threads]
 // --phase prefill profiles the prompt's prefill instead (per prompt token; matmul GFLOP/s from
 // each call's rows × cols × T), e.g. `--phase prefill --prompt 256`.
 //
@@ -24,6 +29,7 @@ import { loadKernels } from "../src/kernels.ts";
 import { Model } from "../src/model/forward.ts";
 import { cpuInfo, hugePages, loadAvg } from "./machine.ts";
 import { arg, median } from "./common.ts";
+import { mxfp4InCache, type Mxfp4InCache } from "./mxfp4-cache.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
 const model = resolve(arg("--model", join(ROOT, "models/slice")));
@@ -37,6 +43,11 @@ const jsonOut = arg("--json", "");
 if (jsonOut) writeTarget(jsonOut, "the --json output", "USAGE"); // a FIFO or folder there: refused now, not after the run
 const phase = arg("--phase", "decode");
 const chunkArg = arg("--chunk", "");
+const mxRows = Number(arg("--mx-rows", String(192 * threads))); // the in-cache MXFP4 matrix: mxRows × 3584
+if (!Number.isInteger(mxRows) || mxRows < 1) {
+  process.stderr.write(`--mx-rows wants a whole number of rows ≥ 1 (the in-cache MXFP4 matrix is rows × 3584), got ${arg("--mx-rows", "")}\n`);
+  process.exit(2);
+}
 
 // ---- instrumentation: kernel timers charged to the innermost model part on the stack
 const k = loadKernels() as unknown as Record<string, (...a: unknown[]) => unknown>;
@@ -126,25 +137,55 @@ function memReadGBs(): number {
   return best;
 }
 
-/** Bytes a decoded token at position `pos` touches: trunk, head, top-k experts per MoE layer, MLA cache rows, KDA state (read + written). */
-function bytesTouched(pos: number): number {
+/** Bytes a decoded token at position `pos` touches, by format: `mxfp4` = its top-k routed experts per
+ * MoE layer (the only MXFP4 tensors, MODEL.md §3); `other` = the trunk and head (bf16, a few f32
+ * vectors), MLA cache rows, KDA state (read + written). */
+function bytesByFormat(pos: number): { mxfp4: number; other: number } {
   const trunk = census.trunkBytesPerLayer.reduce((a, b) => a + b, 0) + census.headBytes + census.finalBytes;
   const experts = (cfg.numLayers - cfg.firstKDense) * cfg.topK * census.expertBytes;
   const mla = cfg.layerKinds.filter((x) => x === "mla").length * pos * (cfg.kvLoraRank + cfg.qkRope) * 4;
   const kda = cfg.layerKinds.filter((x) => x === "kda").length * cfg.kdaHeads * cfg.kdaHeadDim * cfg.kdaHeadDim * 4 * 2;
-  return trunk + experts + mla + kda;
+  return { mxfp4: experts, other: trunk + mla + kda };
+}
+/** Every byte a decoded token at `pos` touches (the RAM floor's numerator). */
+function bytesTouched(pos: number): number {
+  const b = bytesByFormat(pos);
+  return b.mxfp4 + b.other;
+}
+/** The compute-aware floor in seconds: MXFP4 bytes at min(read, in-cache MXFP4 rate), the rest at the read rate (GB/s). */
+function computeFloorS(pos: number, readGBs: number, mxGBs: number): number {
+  const b = bytesByFormat(pos);
+  return b.other / (readGBs * 1e9) + b.mxfp4 / (Math.min(readGBs, mxGBs) * 1e9);
 }
 
 const prompt = Array.from({ length: promptLen }, (_, i) => (i * 7919 + 13) % cfg.vocab);
-const rounds: { sPerToken: number; bw: number; floorS: number; stepMs: number[]; probes: number[]; cost: [string, { ns: number; calls: number; flops: number }][]; load: string }[] = [];
+// The in-cache MXFP4 rate, measured like the probe: best of 3 × 50 ms before a round, and one 25 ms
+// pass after each decoded token's probe pass. A round's rate (mxGBs) is the best of all its passes:
+// a ceiling, and on a shared VM a single window can be cut by a descheduled vCPU (round 2 of a
+// run here read 10.8 GB/s before a round whose decode then ran MXFP4 at 17.1).
+const measureMx = mxfp4InCache(k.k3_matmul_mxfp4 as Parameters<typeof mxfp4InCache>[0], mxRows, 3584);
+function mxOnce(ms: number, passes: number): Mxfp4InCache {
+  const was = counting; // no kernel of the token: keep it out of the cost tables
+  counting = false;
+  const m = measureMx(ms, passes);
+  counting = was;
+  return m;
+}
+type Round = {
+  sPerToken: number; bw: number; floorS: number; mx: Mxfp4InCache; mxBetween: number[]; mxGBs: number; computeFloorS: number;
+  stepMs: number[]; probes: number[]; cost: [string, { ns: number; calls: number; flops: number }][]; load: string;
+};
+const rounds: Round[] = [];
 for (let run = 1; run <= RUNS; run++) {
   const load = loadAvg();
   const bw = memReadGBs();
+  const mx = mxOnce(50, 3);
   const s = engine.createSession();
   cost.clear();
   byShape.clear();
   const stepMs: number[] = [];
   const probes: number[] = []; // GB/s of one probe pass after each decoded token
+  const mxBetween: number[] = []; // GB/s of one in-cache MXFP4 pass after each probe pass
   if (phase === "prefill") {
     counting = true;
     const t0 = performance.now();
@@ -160,26 +201,36 @@ for (let run = 1; run <= RUNS; run++) {
       }
       stepMs.push(r.value.ms);
       probes.push(probeOnce());
+      mxBetween.push(mxOnce(25, 1).gbs);
     }
     counting = false;
   }
   s.close();
   const sPerToken = stepMs.reduce((a, b) => a + b, 0) / stepMs.length / 1000;
   const floorS = bytesTouched(promptLen + TOKENS / 2) / (bw * 1e9);
-  rounds.push({ sPerToken, bw, floorS, stepMs, probes, cost: [...cost], load });
-  say(`round ${run}: ${sPerToken.toFixed(3)} s/token, floor ${floorS.toFixed(3)} s (${bw.toFixed(1)} GB/s), ratio ${(sPerToken / floorS).toFixed(2)}; load ${load}`);
+  const mxGBs = Math.max(mx.gbs, ...mxBetween);
+  const cFloorS = computeFloorS(promptLen + TOKENS / 2, bw, mxGBs);
+  rounds.push({ sPerToken, bw, floorS, mx, mxBetween, mxGBs, computeFloorS: cFloorS, stepMs, probes, cost: [...cost], load });
+  say(`round ${run}: ${sPerToken.toFixed(3)} s/token, floor ${floorS.toFixed(3)} s (${bw.toFixed(1)} GB/s), ratio ${(sPerToken / floorS).toFixed(2)}; MXFP4 in cache ${mxGBs.toFixed(1)} GB/s, compute-aware floor ${cFloorS.toFixed(3)} s, ratio ${(sPerToken / cFloorS).toFixed(2)}${below(sPerToken / cFloorS)}; load ${load}`);
   if (probes.length) say(`  between tokens: ${interleaved(rounds.at(-1)!)}`);
 }
 engine.close();
 (k.k3_mem_free as (p: number) => void)(probeBuf);
 
+/** A floor the step beat was mis-measured (a disturbed probe or in-cache pass): say so beside the ratio. */
+function below(ratio: number): string {
+  return ratio < 1 ? " (< 1: a disturbed measurement, not a floor)" : "";
+}
+
 /** The interleaved floor of a decode round: median step time ÷ (bytes ÷ median probe), and the
- * median of each token's own ratio (its step ÷ the bytes at the probe right after it). */
-function interleaved(r: { stepMs: number[]; probes: number[] }): string {
-  const bytes = bytesTouched(promptLen + TOKENS / 2);
+ * median of each token's own ratio (its step ÷ the bytes at the probe right after it); then the
+ * same median step ÷ the compute-aware floor at the median probe and median in-cache MXFP4 pass. */
+function interleaved(r: { stepMs: number[]; probes: number[]; mxBetween: number[] }): string {
+  const pos = promptLen + TOKENS / 2, bytes = bytesTouched(pos);
   const floors = r.probes.map((g) => (bytes / (g * 1e9)) * 1000);
   const paired = r.stepMs.map((ms, i) => ms / floors[i]!);
-  return `probe median ${median(r.probes).toFixed(1)} GB/s (${Math.min(...r.probes).toFixed(1)}–${Math.max(...r.probes).toFixed(1)}), median step ${median(r.stepMs).toFixed(1)} ms = ${(median(r.stepMs) / median(floors)).toFixed(2)}× the median floor, per-token ratio median ${median(paired).toFixed(2)}`;
+  const mxMed = median(r.mxBetween), cFloorMs = computeFloorS(pos, median(r.probes), mxMed) * 1000, cRatio = median(r.stepMs) / cFloorMs;
+  return `probe median ${median(r.probes).toFixed(1)} GB/s (${Math.min(...r.probes).toFixed(1)}–${Math.max(...r.probes).toFixed(1)}), median step ${median(r.stepMs).toFixed(1)} ms = ${(median(r.stepMs) / median(floors)).toFixed(2)}× the median floor, per-token ratio median ${median(paired).toFixed(2)}; MXFP4 in cache median ${mxMed.toFixed(1)} GB/s (${Math.min(...r.mxBetween).toFixed(1)}–${Math.max(...r.mxBetween).toFixed(1)}): ${cRatio.toFixed(2)}× the compute-aware floor at both medians (${cFloorMs.toFixed(1)} ms)${below(cRatio)}`;
 }
 
 // ---- report: the round with the fastest decode (least disturbed), every round's totals
@@ -198,8 +249,11 @@ const stepMsTotal = best.sPerToken * 1000;
 const kernelMs = per([...byPart.values()].reduce((a, b) => a + b, 0));
 const cpu = cpuInfo();
 console.log(`CPU: ${cpu.model}; ${cpu.vectorFlags.join(" ")}; model ${model}; ${ram}; ${threads} threads; ISA ${isa}; prompt ${promptLen}, ${TOKENS} decoded tokens per round`);
-console.log(`rounds (s/token; floor; read GB/s; load): ${rounds.map((r) => `${r.sPerToken.toFixed(3)}; ${r.floorS.toFixed(3)}; ${r.bw.toFixed(1)}; ${r.load}`).join(" | ")}`);
-console.log(`bytes touched per token: ${(bytesTouched(promptLen + TOKENS / 2) / 1e9).toFixed(2)} GB; best round ${best.sPerToken.toFixed(3)} s/token = ${(best.sPerToken / best.floorS).toFixed(2)}× its floor ${best.floorS.toFixed(3)} s`);
+console.log(`rounds (s/token; floor; read GB/s; MXFP4 in cache GB/s; compute-aware floor; load): ${rounds.map((r) => `${r.sPerToken.toFixed(3)}; ${r.floorS.toFixed(3)}; ${r.bw.toFixed(1)}; ${r.mxGBs.toFixed(1)}; ${r.computeFloorS.toFixed(3)}; ${r.load}`).join(" | ")}`);
+const split = bytesByFormat(promptLen + TOKENS / 2);
+console.log(`bytes touched per token: ${(bytesTouched(promptLen + TOKENS / 2) / 1e9).toFixed(2)} GB (MXFP4 experts ${(split.mxfp4 / 1e9).toFixed(2)}, bf16 and other ${(split.other / 1e9).toFixed(2)}); best round ${best.sPerToken.toFixed(3)} s/token = ${(best.sPerToken / best.floorS).toFixed(2)}× its floor ${best.floorS.toFixed(3)} s`);
+const mxDesc = `${best.mx.rows}×${best.mx.cols}, ${(best.mx.bytesPerCall / 1e3).toFixed(0)} KB, ${threads} threads; before the round ${best.mx.passes.map((g) => g.toFixed(1)).join(" / ")}${best.mxBetween.length ? `, between tokens ${Math.min(...best.mxBetween).toFixed(1)}–${Math.max(...best.mxBetween).toFixed(1)}` : ""}`;
+console.log(`MXFP4 one-token in cache: ${best.mxGBs.toFixed(1)} GB/s (${mxDesc}); compute-aware floor: ${best.computeFloorS.toFixed(3)} s (bf16 and other bytes at the read rate ${best.bw.toFixed(1)} GB/s, MXFP4 bytes at min(read, ${best.mxGBs.toFixed(1)})); step ÷ it: ${(best.sPerToken / best.computeFloorS).toFixed(2)}${below(best.sPerToken / best.computeFloorS)}`);
 console.log(`transparent huge pages after open: ${huge}`);
 if (phase !== "prefill") for (const [i, r] of rounds.entries()) console.log(`round ${i + 1}, a probe pass between tokens: ${interleaved(r)}`);
 console.log("");
@@ -213,4 +267,4 @@ for (const [kern, c] of [...byKernel].sort((a, b) => b[1].ns - a[1].ns))
 console.log("\n| matmul (last round) | calls/token | ms/token | GFLOP/s |\n|---|---|---|---|");
 for (const [shape, c] of [...byShape].sort((a, b) => b[1].ns - a[1].ns).slice(0, 25))
   console.log(`| ${shape} | ${(c.calls / TOKENS).toFixed(2)} | ${per(c.ns).toFixed(2)} | ${(c.flops / c.ns).toFixed(1)} |`);
-if (jsonOut) writeFileAtomic(jsonOut, "the --json output", "USAGE", JSON.stringify({ cpu, model, ram, threads, isa, promptLen, tokens: TOKENS, rounds }, null, 1));
+if (jsonOut) writeFileAtomic(jsonOut, "the --json output", "USAGE", JSON.stringify({ cpu, model, ram, threads, isa, promptLen, tokens: TOKENS, bytesPerToken: { total: bytesTouched(promptLen + TOKENS / 2), ...split }, rounds }, null, 1));

@@ -159,6 +159,31 @@ describe("pool and memory", () => {
     k.k3_pool_init(1);
   });
 
+  test("the read probe's sum is exact for sizes off its 2 MiB blocks, at any start and 1–3 threads", () => {
+    // The pool's parts take 2 MiB blocks (SUM_BLOCK, kernels/k3_mem.c) from a shared counter, so the
+    // sizes sit on and beside 1, 2 and 4 MiB and between whole blocks; starts 1 and 33 bytes past a
+    // line reach the vector loops' byte tails at both ends. Want = a prefix sum of the same bytes.
+    const MiB = 2 ** 20;
+    const sizes = [1, 63, 4097, MiB - 1, MiB + 1, 2 * MiB - 1, 2 * MiB, 2 * MiB + 1, 4 * MiB - 1, 4 * MiB + 1, 3 * 2 * MiB + 5];
+    const bytes = new Uint8Array(Math.max(...sizes) + 64);
+    const prefix = new Float64Array(bytes.length + 1); // exact: < 2^53
+    for (let i = 0; i < bytes.length; i++) {
+      bytes[i] = Math.imul(i + 1, 2654435761) >>> 24;
+      prefix[i + 1] = prefix[i]! + bytes[i]!;
+    }
+    const bad: string[] = [];
+    for (const isa of allIsas)
+      for (const threads of [1, 2, 3])
+        withIsaThreads(isa, threads, () => {
+          for (const n of sizes)
+            for (const at of [0, 1, 33]) {
+              const got = k.k3_mem_read_sum(bytes.subarray(at, at + n), n), want = BigInt(prefix[at + n]! - prefix[at]!);
+              if (got !== want) bad.push(`isa ${isa}, ${threads} threads, ${n} bytes at +${at}: ${got}, want ${want}`);
+            }
+        });
+    expect(bad).toEqual([]);
+  });
+
   test("mem_alloc is zeroed and aligned; copy copies", () => {
     const p = k.k3_mem_alloc(4096, 64);
     expect(p).not.toBeNull();
