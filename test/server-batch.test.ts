@@ -11,7 +11,7 @@ import { Engine, type ChatMessage } from "../src/engine.ts";
 import { liveCBytes } from "../src/model/cmem.ts";
 import type { K3Server } from "../src/server/server.ts";
 import { tinyModel } from "./helpers/models.ts";
-import { directChatGreedy, directGreedy, post, readSse, serve, until, watchSessions } from "./server.helpers.ts";
+import { directChatGreedy, directGreedy, post, readSse, serve, settledRss, until, watchSessions } from "./server.helpers.ts";
 
 setDefaultTimeout(120_000);
 
@@ -219,8 +219,7 @@ describe("soak", () => {
       return got;
     };
     for (const [k, ids] of (await Promise.all(keys.map((c) => client(c, 3)))).flat()) expect(ids).toEqual(want[k]!.ids);
-    Bun.gc(true);
-    const rss0 = process.memoryUsage().rss;
+    const rss0 = await settledRss();
     const c0 = liveCBytes();
     const watch = watchSessions(engine);
     const results = (await Promise.all(keys.map((c) => client(c, 20)))).flat();
@@ -229,8 +228,7 @@ describe("soak", () => {
     // C memory is held than before (read before any GC: a finalizer can only lower it).
     expect(watch.sessions).toEqual([]);
     expect(liveCBytes()).toBeLessThanOrEqual(c0);
-    Bun.gc(true);
-    const growth = process.memoryUsage().rss - rss0;
+    const growth = (await settledRss()) - rss0;
     expect(results).toHaveLength(160);
     for (const [k, ids] of results) expect(ids).toEqual(want[k]!.ids);
     expect(server.queue.running).toBe(0);

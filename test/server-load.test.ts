@@ -10,7 +10,7 @@ import { readdirSync } from "node:fs";
 import type { Engine } from "../src/engine.ts";
 import { liveCBytes } from "../src/model/cmem.ts";
 import type { K3Server } from "../src/server/server.ts";
-import { directChatGreedy, directGreedy, openTinyEngine, post, readSse, serve, until, watchSessions } from "./server.helpers.ts";
+import { directChatGreedy, directGreedy, openTinyEngine, post, readSse, serve, settledRss, until, watchSessions } from "./server.helpers.ts";
 
 let engine: Engine;
 beforeAll(async () => {
@@ -203,19 +203,6 @@ describe("soak", () => {
     const res = await post(chatUrl(), { messages: [{ role: "user", content: `n${i % 5}` }], max_tokens: 3, stream, chat_template_kwargs: { thinking: false } });
     if (!stream) return ((await res.json()) as any).choices[0].message.content ?? "";
     return (await readSse(res)).filter((e) => e.data !== "[DONE]").map((e) => e.data.choices[0]?.delta?.content ?? "").join("");
-  }
-
-  /** RSS once freed memory has gone back: the lowest of a few samples after full GCs. Bun's allocator
-   *  returns pages on a background scavenger, so a sample right after one GC still counts some
-   *  freed memory (in the full suite the growth read 35–57 MB in some runs, −20 MB in others). */
-  async function settledRss(): Promise<number> {
-    let low = Infinity;
-    for (let i = 0; i < 5; i++) {
-      Bun.gc(true);
-      await Bun.sleep(100);
-      low = Math.min(low, process.memoryUsage().rss);
-    }
-    return low;
   }
 
   test("300 requests after 60 of warm-up, 4 in flight: every answer the engine's own, RSS and fds flat", async () => {

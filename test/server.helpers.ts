@@ -28,6 +28,20 @@ export function watchSessions(engine: Engine): { sessions: Session[]; stop(): vo
   return { sessions, stop: () => void (engine.createSession = create) };
 }
 
+/** RSS once freed memory has gone back: the lowest of a few samples after full GCs. Bun's allocator
+ *  returns pages on a background scavenger, so a sample right after one GC still counts some
+ *  freed memory (in the full suite the load soak's growth read 35–57 MB in some runs, −20 MB in
+ *  others). Both soaks (test/server-load, test/server-batch) read it at their start and end. */
+export async function settledRss(): Promise<number> {
+  let low = Infinity;
+  for (let i = 0; i < 5; i++) {
+    Bun.gc(true);
+    await Bun.sleep(100);
+    low = Math.min(low, process.memoryUsage().rss);
+  }
+  return low;
+}
+
 /** A server on `engine` as `k3 serve --temperature 0 --reasoning-budget none` starts one: requests
  *  that name no temperature are greedy and reasoning has no budget, so the tests here compare
  *  with the engine's own greedy output. The defaults clients meet (temperature from the model
