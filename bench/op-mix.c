@@ -6,8 +6,9 @@
  * value normal. The clock is a chain of dependent integer adds (1 per cycle on x86 cores).
  * Prints ops per cycle per line and what one MXFP4 row·group costs at that rate: 9 ops unfolded
  * (2 vpsrlvd, 2 vpermps, 3 vmulps, 2 vaddps), 8 with the scale fold (no scale multiply).
- * Each test is written out in full (one variable per chain, no arrays) so every chain stays in a
- * register. Not part of the product or npm test; the runner checks the CPU has AVX-512F first. */
+ * Every test has the same 18 chain variables (no arrays), 22 live vectors with the operands: all
+ * stay in the 32 zmm registers (arrays or 36 live vectors spilled to the stack and measured the
+ * stores instead). Not part of the product or npm test; the runner checks for AVX-512F first. */
 #include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,250 +20,48 @@ static double now(void) {
   return t.tv_sec + t.tv_nsec * 1e-9;
 }
 static volatile float sink;
-__attribute__((target("avx512f"))) static double mul12(long n) { /* vmulps */
-  __m512 b = _mm512_set1_ps(1.0000001f), c = _mm512_set1_ps(1e-9f), tab = _mm512_set1_ps(1.0f);
-  __m512i cnt = _mm512_set1_epi32(0);
-  __asm__ volatile("" : "+v"(b), "+v"(c), "+v"(tab), "+v"(cnt));
-  __m512 f0 = _mm512_set1_ps(1.0f + 0); __m512 f1 = _mm512_set1_ps(1.0f + 1);
-  __m512 f2 = _mm512_set1_ps(1.0f + 2); __m512 f3 = _mm512_set1_ps(1.0f + 3);
-  __m512 f4 = _mm512_set1_ps(1.0f + 4); __m512 f5 = _mm512_set1_ps(1.0f + 5);
-  __m512 f6 = _mm512_set1_ps(1.0f + 6); __m512 f7 = _mm512_set1_ps(1.0f + 7);
-  __m512 f8 = _mm512_set1_ps(1.0f + 8); __m512 f9 = _mm512_set1_ps(1.0f + 9);
-  __m512 f10 = _mm512_set1_ps(1.0f + 10); __m512 f11 = _mm512_set1_ps(1.0f + 11);
-  double t0 = now();
-  for (long it = 0; it < n; it++) {
-    f0=_mm512_mul_ps(f0,b); f1=_mm512_mul_ps(f1,b); f2=_mm512_mul_ps(f2,b); f3=_mm512_mul_ps(f3,b);
-    f4=_mm512_mul_ps(f4,b); f5=_mm512_mul_ps(f5,b); f6=_mm512_mul_ps(f6,b); f7=_mm512_mul_ps(f7,b);
-    f8=_mm512_mul_ps(f8,b); f9=_mm512_mul_ps(f9,b); f10=_mm512_mul_ps(f10,b);
-    f11=_mm512_mul_ps(f11,b);
-    __asm__ volatile("" : "+v"(f0), "+v"(f1), "+v"(f2), "+v"(f3), "+v"(f4), "+v"(f5), "+v"(f6),
-        "+v"(f7), "+v"(f8), "+v"(f9), "+v"(f10), "+v"(f11));
+/* One op on chain i: multiply, add, permute (the chain is its own index), variable shift. */
+#define M(i) v##i = _mm512_mul_ps(v##i, b);
+#define A(i) v##i = _mm512_add_ps(v##i, c);
+#define P(i) v##i = _mm512_permutexvar_ps(_mm512_castps_si512(v##i), tab);
+#define S(i) v##i = _mm512_castsi512_ps(_mm512_srlv_epi32(_mm512_castps_si512(v##i), cnt));
+#define V6(a)                                                                                      \
+  __m512 v##a##0 = _mm512_set1_ps(1.0f), v##a##1 = _mm512_set1_ps(2.0f), v##a##2 = _mm512_set1_ps(3.0f); \
+  __m512 v##a##3 = _mm512_set1_ps(4.0f), v##a##4 = _mm512_set1_ps(5.0f), v##a##5 = _mm512_set1_ps(6.0f);
+#define RED6(a)                                                                                    \
+  (_mm512_reduce_add_ps(v##a##0) + _mm512_reduce_add_ps(v##a##1) + _mm512_reduce_add_ps(v##a##2) + \
+   _mm512_reduce_add_ps(v##a##3) + _mm512_reduce_add_ps(v##a##4) + _mm512_reduce_add_ps(v##a##5))
+/* Chains are named v0..v5, v10..v15, v20..v25 (three groups of six); NOPS ops per iteration. */
+#define OP_TEST(fn, NOPS, BODY)                                                                   \
+  __attribute__((target("avx512f"))) static double fn(long n) {                                   \
+    __m512 b = _mm512_set1_ps(1.0000001f), c = _mm512_set1_ps(1e-9f), tab = _mm512_set1_ps(1.0f); \
+    __m512i cnt = _mm512_set1_epi32(0);                                                           \
+    __asm__ volatile("" : "+v"(b), "+v"(c), "+v"(tab), "+v"(cnt));                              \
+    V6() V6(1) V6(2)                                                                              \
+    double t0 = now();                                                                            \
+    for (long it = 0; it < n; it++) {                                                             \
+      BODY                                                                                        \
+      __asm__ volatile("" : "+v"(v0), "+v"(v1), "+v"(v2), "+v"(v3), "+v"(v4), "+v"(v5));         \
+      __asm__ volatile("" : "+v"(v10), "+v"(v11), "+v"(v12), "+v"(v13), "+v"(v14), "+v"(v15));   \
+      __asm__ volatile("" : "+v"(v20), "+v"(v21), "+v"(v22), "+v"(v23), "+v"(v24), "+v"(v25));   \
+    }                                                                                             \
+    double s = now() - t0;                                                                        \
+    sink = RED6() + RED6(1) + RED6(2);                                                            \
+    return (double)(NOPS) * n / s;                                                                \
   }
-  double s = now() - t0;
-  sink = _mm512_reduce_add_ps(f0) + _mm512_reduce_add_ps(f1) + _mm512_reduce_add_ps(f2) +
-      _mm512_reduce_add_ps(f3) + _mm512_reduce_add_ps(f4) + _mm512_reduce_add_ps(f5) +
-      _mm512_reduce_add_ps(f6) + _mm512_reduce_add_ps(f7) + _mm512_reduce_add_ps(f8) +
-      _mm512_reduce_add_ps(f9) + _mm512_reduce_add_ps(f10) + _mm512_reduce_add_ps(f11);
-  return 12.0 * n / s;
-}
-__attribute__((target("avx512f"))) static double add12(long n) { /* vaddps */
-  __m512 b = _mm512_set1_ps(1.0000001f), c = _mm512_set1_ps(1e-9f), tab = _mm512_set1_ps(1.0f);
-  __m512i cnt = _mm512_set1_epi32(0);
-  __asm__ volatile("" : "+v"(b), "+v"(c), "+v"(tab), "+v"(cnt));
-  __m512 f0 = _mm512_set1_ps(1.0f + 0); __m512 f1 = _mm512_set1_ps(1.0f + 1);
-  __m512 f2 = _mm512_set1_ps(1.0f + 2); __m512 f3 = _mm512_set1_ps(1.0f + 3);
-  __m512 f4 = _mm512_set1_ps(1.0f + 4); __m512 f5 = _mm512_set1_ps(1.0f + 5);
-  __m512 f6 = _mm512_set1_ps(1.0f + 6); __m512 f7 = _mm512_set1_ps(1.0f + 7);
-  __m512 f8 = _mm512_set1_ps(1.0f + 8); __m512 f9 = _mm512_set1_ps(1.0f + 9);
-  __m512 f10 = _mm512_set1_ps(1.0f + 10); __m512 f11 = _mm512_set1_ps(1.0f + 11);
-  double t0 = now();
-  for (long it = 0; it < n; it++) {
-    f0=_mm512_add_ps(f0,c); f1=_mm512_add_ps(f1,c); f2=_mm512_add_ps(f2,c); f3=_mm512_add_ps(f3,c);
-    f4=_mm512_add_ps(f4,c); f5=_mm512_add_ps(f5,c); f6=_mm512_add_ps(f6,c); f7=_mm512_add_ps(f7,c);
-    f8=_mm512_add_ps(f8,c); f9=_mm512_add_ps(f9,c); f10=_mm512_add_ps(f10,c);
-    f11=_mm512_add_ps(f11,c);
-    __asm__ volatile("" : "+v"(f0), "+v"(f1), "+v"(f2), "+v"(f3), "+v"(f4), "+v"(f5), "+v"(f6),
-        "+v"(f7), "+v"(f8), "+v"(f9), "+v"(f10), "+v"(f11));
-  }
-  double s = now() - t0;
-  sink = _mm512_reduce_add_ps(f0) + _mm512_reduce_add_ps(f1) + _mm512_reduce_add_ps(f2) +
-      _mm512_reduce_add_ps(f3) + _mm512_reduce_add_ps(f4) + _mm512_reduce_add_ps(f5) +
-      _mm512_reduce_add_ps(f6) + _mm512_reduce_add_ps(f7) + _mm512_reduce_add_ps(f8) +
-      _mm512_reduce_add_ps(f9) + _mm512_reduce_add_ps(f10) + _mm512_reduce_add_ps(f11);
-  return 12.0 * n / s;
-}
-__attribute__((target("avx512f"))) static double perm12(long n) { /* vpermps */
-  __m512 b = _mm512_set1_ps(1.0000001f), c = _mm512_set1_ps(1e-9f), tab = _mm512_set1_ps(1.0f);
-  __m512i cnt = _mm512_set1_epi32(0);
-  __asm__ volatile("" : "+v"(b), "+v"(c), "+v"(tab), "+v"(cnt));
-  __m512i i0 = _mm512_set1_epi32(0); __m512i i1 = _mm512_set1_epi32(1);
-  __m512i i2 = _mm512_set1_epi32(2); __m512i i3 = _mm512_set1_epi32(3);
-  __m512i i4 = _mm512_set1_epi32(4); __m512i i5 = _mm512_set1_epi32(5);
-  __m512i i6 = _mm512_set1_epi32(6); __m512i i7 = _mm512_set1_epi32(7);
-  __m512i i8 = _mm512_set1_epi32(8); __m512i i9 = _mm512_set1_epi32(9);
-  __m512i i10 = _mm512_set1_epi32(10); __m512i i11 = _mm512_set1_epi32(11);
-  double t0 = now();
-  for (long it = 0; it < n; it++) {
-    i0=_mm512_castps_si512(_mm512_permutexvar_ps(i0,tab));
-    i1=_mm512_castps_si512(_mm512_permutexvar_ps(i1,tab));
-    i2=_mm512_castps_si512(_mm512_permutexvar_ps(i2,tab));
-    i3=_mm512_castps_si512(_mm512_permutexvar_ps(i3,tab));
-    i4=_mm512_castps_si512(_mm512_permutexvar_ps(i4,tab));
-    i5=_mm512_castps_si512(_mm512_permutexvar_ps(i5,tab));
-    i6=_mm512_castps_si512(_mm512_permutexvar_ps(i6,tab));
-    i7=_mm512_castps_si512(_mm512_permutexvar_ps(i7,tab));
-    i8=_mm512_castps_si512(_mm512_permutexvar_ps(i8,tab));
-    i9=_mm512_castps_si512(_mm512_permutexvar_ps(i9,tab));
-    i10=_mm512_castps_si512(_mm512_permutexvar_ps(i10,tab));
-    i11=_mm512_castps_si512(_mm512_permutexvar_ps(i11,tab));
-    __asm__ volatile("" : "+v"(i0), "+v"(i1), "+v"(i2), "+v"(i3), "+v"(i4), "+v"(i5), "+v"(i6),
-        "+v"(i7), "+v"(i8), "+v"(i9), "+v"(i10), "+v"(i11));
-  }
-  double s = now() - t0;
-  sink = (float)_mm512_reduce_add_epi32(i0) + (float)_mm512_reduce_add_epi32(i1) +
-      (float)_mm512_reduce_add_epi32(i2) + (float)_mm512_reduce_add_epi32(i3) +
-      (float)_mm512_reduce_add_epi32(i4) + (float)_mm512_reduce_add_epi32(i5) +
-      (float)_mm512_reduce_add_epi32(i6) + (float)_mm512_reduce_add_epi32(i7) +
-      (float)_mm512_reduce_add_epi32(i8) + (float)_mm512_reduce_add_epi32(i9) +
-      (float)_mm512_reduce_add_epi32(i10) + (float)_mm512_reduce_add_epi32(i11);
-  return 12.0 * n / s;
-}
-__attribute__((target("avx512f"))) static double srlv12(long n) { /* vpsrlvd */
-  __m512 b = _mm512_set1_ps(1.0000001f), c = _mm512_set1_ps(1e-9f), tab = _mm512_set1_ps(1.0f);
-  __m512i cnt = _mm512_set1_epi32(0);
-  __asm__ volatile("" : "+v"(b), "+v"(c), "+v"(tab), "+v"(cnt));
-  __m512i i0 = _mm512_set1_epi32(0); __m512i i1 = _mm512_set1_epi32(1);
-  __m512i i2 = _mm512_set1_epi32(2); __m512i i3 = _mm512_set1_epi32(3);
-  __m512i i4 = _mm512_set1_epi32(4); __m512i i5 = _mm512_set1_epi32(5);
-  __m512i i6 = _mm512_set1_epi32(6); __m512i i7 = _mm512_set1_epi32(7);
-  __m512i i8 = _mm512_set1_epi32(8); __m512i i9 = _mm512_set1_epi32(9);
-  __m512i i10 = _mm512_set1_epi32(10); __m512i i11 = _mm512_set1_epi32(11);
-  double t0 = now();
-  for (long it = 0; it < n; it++) {
-    i0=_mm512_srlv_epi32(i0,cnt); i1=_mm512_srlv_epi32(i1,cnt); i2=_mm512_srlv_epi32(i2,cnt);
-    i3=_mm512_srlv_epi32(i3,cnt); i4=_mm512_srlv_epi32(i4,cnt); i5=_mm512_srlv_epi32(i5,cnt);
-    i6=_mm512_srlv_epi32(i6,cnt); i7=_mm512_srlv_epi32(i7,cnt); i8=_mm512_srlv_epi32(i8,cnt);
-    i9=_mm512_srlv_epi32(i9,cnt); i10=_mm512_srlv_epi32(i10,cnt); i11=_mm512_srlv_epi32(i11,cnt);
-    __asm__ volatile("" : "+v"(i0), "+v"(i1), "+v"(i2), "+v"(i3), "+v"(i4), "+v"(i5), "+v"(i6),
-        "+v"(i7), "+v"(i8), "+v"(i9), "+v"(i10), "+v"(i11));
-  }
-  double s = now() - t0;
-  sink = (float)_mm512_reduce_add_epi32(i0) + (float)_mm512_reduce_add_epi32(i1) +
-      (float)_mm512_reduce_add_epi32(i2) + (float)_mm512_reduce_add_epi32(i3) +
-      (float)_mm512_reduce_add_epi32(i4) + (float)_mm512_reduce_add_epi32(i5) +
-      (float)_mm512_reduce_add_epi32(i6) + (float)_mm512_reduce_add_epi32(i7) +
-      (float)_mm512_reduce_add_epi32(i8) + (float)_mm512_reduce_add_epi32(i9) +
-      (float)_mm512_reduce_add_epi32(i10) + (float)_mm512_reduce_add_epi32(i11);
-  return 12.0 * n / s;
-}
-__attribute__((target("avx512f"))) static double muladd12(long n) { /* vmulps + vaddps */
-  __m512 b = _mm512_set1_ps(1.0000001f), c = _mm512_set1_ps(1e-9f), tab = _mm512_set1_ps(1.0f);
-  __m512i cnt = _mm512_set1_epi32(0);
-  __asm__ volatile("" : "+v"(b), "+v"(c), "+v"(tab), "+v"(cnt));
-  __m512 f0 = _mm512_set1_ps(1.0f + 0); __m512 f1 = _mm512_set1_ps(1.0f + 1);
-  __m512 f2 = _mm512_set1_ps(1.0f + 2); __m512 f3 = _mm512_set1_ps(1.0f + 3);
-  __m512 f4 = _mm512_set1_ps(1.0f + 4); __m512 f5 = _mm512_set1_ps(1.0f + 5);
-  __m512 f6 = _mm512_set1_ps(1.0f + 6); __m512 f7 = _mm512_set1_ps(1.0f + 7);
-  __m512 f8 = _mm512_set1_ps(1.0f + 8); __m512 f9 = _mm512_set1_ps(1.0f + 9);
-  __m512 f10 = _mm512_set1_ps(1.0f + 10); __m512 f11 = _mm512_set1_ps(1.0f + 11);
-  double t0 = now();
-  for (long it = 0; it < n; it++) {
-    f0=_mm512_mul_ps(f0,b); f1=_mm512_add_ps(f1,c); f2=_mm512_mul_ps(f2,b); f3=_mm512_add_ps(f3,c);
-    f4=_mm512_mul_ps(f4,b); f5=_mm512_add_ps(f5,c); f6=_mm512_mul_ps(f6,b); f7=_mm512_add_ps(f7,c);
-    f8=_mm512_mul_ps(f8,b); f9=_mm512_add_ps(f9,c); f10=_mm512_mul_ps(f10,b);
-    f11=_mm512_add_ps(f11,c);
-    __asm__ volatile("" : "+v"(f0), "+v"(f1), "+v"(f2), "+v"(f3), "+v"(f4), "+v"(f5), "+v"(f6),
-        "+v"(f7), "+v"(f8), "+v"(f9), "+v"(f10), "+v"(f11));
-  }
-  double s = now() - t0;
-  sink = _mm512_reduce_add_ps(f0) + _mm512_reduce_add_ps(f1) + _mm512_reduce_add_ps(f2) +
-      _mm512_reduce_add_ps(f3) + _mm512_reduce_add_ps(f4) + _mm512_reduce_add_ps(f5) +
-      _mm512_reduce_add_ps(f6) + _mm512_reduce_add_ps(f7) + _mm512_reduce_add_ps(f8) +
-      _mm512_reduce_add_ps(f9) + _mm512_reduce_add_ps(f10) + _mm512_reduce_add_ps(f11);
-  return 12.0 * n / s;
-}
-__attribute__((target("avx512f"))) static double srlvperm12(long n) { /* vpsrlvd + vpermps */
-  __m512 b = _mm512_set1_ps(1.0000001f), c = _mm512_set1_ps(1e-9f), tab = _mm512_set1_ps(1.0f);
-  __m512i cnt = _mm512_set1_epi32(0);
-  __asm__ volatile("" : "+v"(b), "+v"(c), "+v"(tab), "+v"(cnt));
-  __m512i i0 = _mm512_set1_epi32(0); __m512i i1 = _mm512_set1_epi32(1);
-  __m512i i2 = _mm512_set1_epi32(2); __m512i i3 = _mm512_set1_epi32(3);
-  __m512i i4 = _mm512_set1_epi32(4); __m512i i5 = _mm512_set1_epi32(5);
-  __m512i i6 = _mm512_set1_epi32(6); __m512i i7 = _mm512_set1_epi32(7);
-  __m512i i8 = _mm512_set1_epi32(8); __m512i i9 = _mm512_set1_epi32(9);
-  __m512i i10 = _mm512_set1_epi32(10); __m512i i11 = _mm512_set1_epi32(11);
-  double t0 = now();
-  for (long it = 0; it < n; it++) {
-    i0=_mm512_srlv_epi32(i0,cnt); i1=_mm512_castps_si512(_mm512_permutexvar_ps(i1,tab));
-    i2=_mm512_srlv_epi32(i2,cnt); i3=_mm512_castps_si512(_mm512_permutexvar_ps(i3,tab));
-    i4=_mm512_srlv_epi32(i4,cnt); i5=_mm512_castps_si512(_mm512_permutexvar_ps(i5,tab));
-    i6=_mm512_srlv_epi32(i6,cnt); i7=_mm512_castps_si512(_mm512_permutexvar_ps(i7,tab));
-    i8=_mm512_srlv_epi32(i8,cnt); i9=_mm512_castps_si512(_mm512_permutexvar_ps(i9,tab));
-    i10=_mm512_srlv_epi32(i10,cnt); i11=_mm512_castps_si512(_mm512_permutexvar_ps(i11,tab));
-    __asm__ volatile("" : "+v"(i0), "+v"(i1), "+v"(i2), "+v"(i3), "+v"(i4), "+v"(i5), "+v"(i6),
-        "+v"(i7), "+v"(i8), "+v"(i9), "+v"(i10), "+v"(i11));
-  }
-  double s = now() - t0;
-  sink = (float)_mm512_reduce_add_epi32(i0) + (float)_mm512_reduce_add_epi32(i1) +
-      (float)_mm512_reduce_add_epi32(i2) + (float)_mm512_reduce_add_epi32(i3) +
-      (float)_mm512_reduce_add_epi32(i4) + (float)_mm512_reduce_add_epi32(i5) +
-      (float)_mm512_reduce_add_epi32(i6) + (float)_mm512_reduce_add_epi32(i7) +
-      (float)_mm512_reduce_add_epi32(i8) + (float)_mm512_reduce_add_epi32(i9) +
-      (float)_mm512_reduce_add_epi32(i10) + (float)_mm512_reduce_add_epi32(i11);
-  return 12.0 * n / s;
-}
-__attribute__((target("avx512f"))) static double mx18(long n) { /* MXFP4 one-token mix (9 per group) */
-  __m512 b = _mm512_set1_ps(1.0000001f), c = _mm512_set1_ps(1e-9f), tab = _mm512_set1_ps(1.0f);
-  __m512i cnt = _mm512_set1_epi32(0);
-  __asm__ volatile("" : "+v"(b), "+v"(c), "+v"(tab), "+v"(cnt));
-  __m512i i0 = _mm512_set1_epi32(0); __m512i i1 = _mm512_set1_epi32(1);
-  __m512 f2 = _mm512_set1_ps(1.0f + 2); __m512 f3 = _mm512_set1_ps(1.0f + 3);
-  __m512i i4 = _mm512_set1_epi32(4); __m512i i5 = _mm512_set1_epi32(5);
-  __m512 f6 = _mm512_set1_ps(1.0f + 6); __m512 f7 = _mm512_set1_ps(1.0f + 7);
-  __m512 f8 = _mm512_set1_ps(1.0f + 8); __m512i i9 = _mm512_set1_epi32(9);
-  __m512i i10 = _mm512_set1_epi32(10); __m512 f11 = _mm512_set1_ps(1.0f + 11);
-  __m512 f12 = _mm512_set1_ps(1.0f + 12); __m512i i13 = _mm512_set1_epi32(13);
-  __m512i i14 = _mm512_set1_epi32(14); __m512 f15 = _mm512_set1_ps(1.0f + 15);
-  __m512 f16 = _mm512_set1_ps(1.0f + 16); __m512 f17 = _mm512_set1_ps(1.0f + 17);
-  double t0 = now();
-  for (long it = 0; it < n; it++) {
-    i0=_mm512_srlv_epi32(i0,cnt); i1=_mm512_castps_si512(_mm512_permutexvar_ps(i1,tab));
-    f2=_mm512_mul_ps(f2,b); f3=_mm512_add_ps(f3,c); i4=_mm512_srlv_epi32(i4,cnt);
-    i5=_mm512_castps_si512(_mm512_permutexvar_ps(i5,tab)); f6=_mm512_mul_ps(f6,b);
-    f7=_mm512_add_ps(f7,c); f8=_mm512_mul_ps(f8,b); i9=_mm512_srlv_epi32(i9,cnt);
-    i10=_mm512_castps_si512(_mm512_permutexvar_ps(i10,tab)); f11=_mm512_mul_ps(f11,b);
-    f12=_mm512_add_ps(f12,c); i13=_mm512_srlv_epi32(i13,cnt);
-    i14=_mm512_castps_si512(_mm512_permutexvar_ps(i14,tab)); f15=_mm512_mul_ps(f15,b);
-    f16=_mm512_add_ps(f16,c); f17=_mm512_mul_ps(f17,b);
-    __asm__ volatile("" : "+v"(i0), "+v"(i1), "+v"(f2), "+v"(f3), "+v"(i4), "+v"(i5), "+v"(f6),
-        "+v"(f7), "+v"(f8), "+v"(i9), "+v"(i10), "+v"(f11));
-    __asm__ volatile("" : "+v"(f12), "+v"(i13), "+v"(i14), "+v"(f15), "+v"(f16), "+v"(f17));
-  }
-  double s = now() - t0;
-  sink = (float)_mm512_reduce_add_epi32(i0) + (float)_mm512_reduce_add_epi32(i1) +
-      _mm512_reduce_add_ps(f2) + _mm512_reduce_add_ps(f3) + (float)_mm512_reduce_add_epi32(i4) +
-      (float)_mm512_reduce_add_epi32(i5) + _mm512_reduce_add_ps(f6) + _mm512_reduce_add_ps(f7) +
-      _mm512_reduce_add_ps(f8) + (float)_mm512_reduce_add_epi32(i9) +
-      (float)_mm512_reduce_add_epi32(i10) + _mm512_reduce_add_ps(f11) + _mm512_reduce_add_ps(f12) +
-      (float)_mm512_reduce_add_epi32(i13) + (float)_mm512_reduce_add_epi32(i14) +
-      _mm512_reduce_add_ps(f15) + _mm512_reduce_add_ps(f16) + _mm512_reduce_add_ps(f17);
-  return 18.0 * n / s;
-}
-__attribute__((target("avx512f"))) static double fold16(long n) { /* the same folded (8 per group) */
-  __m512 b = _mm512_set1_ps(1.0000001f), c = _mm512_set1_ps(1e-9f), tab = _mm512_set1_ps(1.0f);
-  __m512i cnt = _mm512_set1_epi32(0);
-  __asm__ volatile("" : "+v"(b), "+v"(c), "+v"(tab), "+v"(cnt));
-  __m512i i0 = _mm512_set1_epi32(0); __m512i i1 = _mm512_set1_epi32(1);
-  __m512 f2 = _mm512_set1_ps(1.0f + 2); __m512 f3 = _mm512_set1_ps(1.0f + 3);
-  __m512i i4 = _mm512_set1_epi32(4); __m512i i5 = _mm512_set1_epi32(5);
-  __m512 f6 = _mm512_set1_ps(1.0f + 6); __m512 f7 = _mm512_set1_ps(1.0f + 7);
-  __m512i i8 = _mm512_set1_epi32(8); __m512i i9 = _mm512_set1_epi32(9);
-  __m512 f10 = _mm512_set1_ps(1.0f + 10); __m512 f11 = _mm512_set1_ps(1.0f + 11);
-  __m512i i12 = _mm512_set1_epi32(12); __m512i i13 = _mm512_set1_epi32(13);
-  __m512 f14 = _mm512_set1_ps(1.0f + 14); __m512 f15 = _mm512_set1_ps(1.0f + 15);
-  double t0 = now();
-  for (long it = 0; it < n; it++) {
-    i0=_mm512_srlv_epi32(i0,cnt); i1=_mm512_castps_si512(_mm512_permutexvar_ps(i1,tab));
-    f2=_mm512_mul_ps(f2,b); f3=_mm512_add_ps(f3,c); i4=_mm512_srlv_epi32(i4,cnt);
-    i5=_mm512_castps_si512(_mm512_permutexvar_ps(i5,tab)); f6=_mm512_mul_ps(f6,b);
-    f7=_mm512_add_ps(f7,c); i8=_mm512_srlv_epi32(i8,cnt);
-    i9=_mm512_castps_si512(_mm512_permutexvar_ps(i9,tab)); f10=_mm512_mul_ps(f10,b);
-    f11=_mm512_add_ps(f11,c); i12=_mm512_srlv_epi32(i12,cnt);
-    i13=_mm512_castps_si512(_mm512_permutexvar_ps(i13,tab)); f14=_mm512_mul_ps(f14,b);
-    f15=_mm512_add_ps(f15,c);
-    __asm__ volatile("" : "+v"(i0), "+v"(i1), "+v"(f2), "+v"(f3), "+v"(i4), "+v"(i5), "+v"(f6),
-        "+v"(f7), "+v"(i8), "+v"(i9), "+v"(f10), "+v"(f11));
-    __asm__ volatile("" : "+v"(i12), "+v"(i13), "+v"(f14), "+v"(f15));
-  }
-  double s = now() - t0;
-  sink = (float)_mm512_reduce_add_epi32(i0) + (float)_mm512_reduce_add_epi32(i1) +
-      _mm512_reduce_add_ps(f2) + _mm512_reduce_add_ps(f3) + (float)_mm512_reduce_add_epi32(i4) +
-      (float)_mm512_reduce_add_epi32(i5) + _mm512_reduce_add_ps(f6) + _mm512_reduce_add_ps(f7) +
-      (float)_mm512_reduce_add_epi32(i8) + (float)_mm512_reduce_add_epi32(i9) +
-      _mm512_reduce_add_ps(f10) + _mm512_reduce_add_ps(f11) + (float)_mm512_reduce_add_epi32(i12) +
-      (float)_mm512_reduce_add_epi32(i13) + _mm512_reduce_add_ps(f14) + _mm512_reduce_add_ps(f15);
-  return 16.0 * n / s;
-}
+
+OP_TEST(mul12, 12, M(0) M(1) M(2) M(3) M(4) M(5) M(10) M(11) M(12) M(13) M(14) M(15))
+OP_TEST(add12, 12, A(0) A(1) A(2) A(3) A(4) A(5) A(10) A(11) A(12) A(13) A(14) A(15))
+OP_TEST(perm12, 12, P(0) P(1) P(2) P(3) P(4) P(5) P(10) P(11) P(12) P(13) P(14) P(15))
+OP_TEST(srlv12, 12, S(0) S(1) S(2) S(3) S(4) S(5) S(10) S(11) S(12) S(13) S(14) S(15))
+OP_TEST(muladd12, 12, M(0) A(1) M(2) A(3) M(4) A(5) M(10) A(11) M(12) A(13) M(14) A(15))
+OP_TEST(srlvperm12, 12, S(0) P(1) S(2) P(3) S(4) P(5) S(10) P(11) S(12) P(13) S(14) P(15))
+/* two row·groups of the one-token loop: 4 vpsrlvd, 4 vpermps, 6 vmulps, 4 vaddps */
+OP_TEST(mx18, 18, S(0) P(1) M(2) A(3) S(4) P(5) M(10) A(11) M(12)
+                  S(13) P(14) M(15) A(20) S(21) P(22) M(23) A(24) M(25))
+/* the same folded (no scale multiply): 4 vpsrlvd, 4 vpermps, 4 vmulps, 4 vaddps */
+OP_TEST(fold16, 16, S(0) P(1) M(2) A(3) S(4) P(5) M(10) A(11)
+                    S(12) P(13) M(14) A(15) S(20) P(21) M(22) A(23))
 
 static double clock_hz(void) {
   long n = 200000000, x = 0;
