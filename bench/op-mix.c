@@ -1,9 +1,10 @@
 /* Vector op throughput of the one-token MXFP4 loop's instruction mix (bench/op-mix.ts builds and
- * runs this; docs/BENCH-KERNELS.md, "Issue 23, round five"). One thread, AVX-512 (zmm) ops from
- * registers only: each op is its own chain (12–18 independent chains, enough to cover 3–6 cycle
- * latencies at up to 4 ops per cycle, and few enough to stay in the 32 zmm registers), operands
- * made opaque by empty asm so nothing folds; multiplies by 1.0000001 and adds of 1e-9 keep every
- * value normal. The clock is a chain of dependent integer adds (1 per cycle on x86 cores).
+ * runs this; docs/BENCH-KERNELS.md, "Issue 23 end to end after round five"). One thread, AVX-512
+ * (zmm) ops from registers only: each op is its own chain (12–18 independent chains: at the 1–2
+ * ops per cycle measured, enough to hide latencies up to 6 cycles, and few enough to stay in the
+ * 32 zmm registers), operands made opaque by empty asm so nothing folds; multiplies by 1.0000001
+ * and adds of 1e-9 keep every value normal. The clock is a chain of dependent integer adds (1 per
+ * cycle on x86 cores).
  * Prints ops per cycle per line and what one MXFP4 row·group costs at that rate: 9 ops unfolded
  * (2 vpsrlvd, 2 vpermps, 3 vmulps, 2 vaddps), 8 with the scale fold (no scale multiply).
  * Every test has the same 18 chain variables (no arrays), 22 live vectors with the operands: all

@@ -1,10 +1,10 @@
-// The vector-op ceiling of one-token MXFP4 on this host (docs/BENCH-KERNELS.md, "Issue 23, round
-// five"): builds bench/op-mix.c with the repo's Zig into bench/out/op-mix and runs it on one
-// thread. It times single zmm ops and the one-token loop's mix (per row·group of 32 weights:
+// The vector-op ceiling of one-token MXFP4 on this host (docs/BENCH-KERNELS.md, "Issue 23 end to
+// end after round five"): builds bench/op-mix.c with the repo's Zig into bench/out/op-mix and runs
+// it on one thread. It times single zmm ops and the one-token loop's mix (per row·group of 32 weights:
 // 2 vpsrlvd + 2 vpermps decode, 3 vmulps, 2 vaddps) from registers, as ops per cycle, and says
 // how many cycles a row·group needs at that rate — the ALU floor under the kernel's in-cache rate
 // (bench/mxfp4-cache.ts) and decode-profile's compute-aware floor. AVX-512 hosts only (x86-64).
-// Opt-in, never part of `npm test`; time it under /work/bin/cpu-exclusive on a shared machine.
+// Opt-in, never part of `npm test`; time it with nothing else running (a busy core reads low).
 //
 //   bun bench/op-mix.ts [--rounds 5]
 import { spawnSync } from "node:child_process";

@@ -7,7 +7,7 @@
 //   bun bench/read-probe.ts [--libs new=zig-out/lib/libkernels.so,old=bench/out/old/libkernels.so]
 //                           [--rounds 12] [--threads 2] [--mib 1024] [--json out.json]
 // Build the "old" arm from a checkout of the commit to compare: `npm run build:kernels` there, then
-// copy its zig-out/lib/libkernels.so to bench/out/old/. Time it under /work/bin/cpu-exclusive.
+// copy its zig-out/lib/libkernels.so to bench/out/old/. Time it with nothing else running.
 import { dlopen, toArrayBuffer } from "bun:ffi";
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
