@@ -9,7 +9,7 @@
 // k3_matmul_mxfp4 reaches on a matrix in cache, measured before each round: bench/mxfp4-cache.ts),
 // the bf16 trunk and every other byte at the read rate; step ÷ it says how far decode is from
 // what this host's kernels could do at best.
-// Opt-in; the resident slice takes ~14 GB: run it under `flock /work/locks/bigmem`.
+// Opt-in; the resident slice takes ~14 GB: run it alone on the machine.
 //
 //   bun bench/decode-profile.ts [--model models/slice] [--ram SIZE | resident] [--threads 2]
 //                               [--prompt 32] [--tokens 16] [--runs 3] [--isa auto] [--json out]

@@ -2,7 +2,7 @@
 // decoded in registers, kernels/k3_bx4*.c) and k3_matmul_bf16 on the same matrices, in one
 // process, rounds interleaved, per ISA path and thread count, for T = 1 (decode: memory-bound
 // for bf16), a verify pass (4) and prefill tiles (32, through the batched loop nest). Opt-in; run
-// under /work/bin/cpu-exclusive for figures.
+// it alone on the machine for figures.
 //
 //   bun bench/exact-kernels.ts [--runs 3] [--T 1,4,32] [--threads 1,2] [--isa avx2,avx512] [--set-mib 512] [--json FILE]
 //

@@ -1,7 +1,7 @@
 // The exact compact trunk's benchmark (issue 25): the bf16 trunk from the shards against the exact
 // pack (BX4: `k3 pack --trunk exact`), arms side by side in one run, on the `slice` model and the
-// trained demo. Opt-in (`npm run bench -- --exact`), never part of `npm test`; timed runs under
-// /work/bin/cpu-exclusive on a shared machine. docs/TRUNK.md "The exact trunk" reads the report.
+// trained demo. Opt-in (`npm run bench -- --exact`), never part of `npm test`; timed runs alone on the
+// machine (nothing else timed at once). docs/TRUNK.md "The exact trunk" reads the report.
 //
 //   bun bench/exact.ts [--quick] [--runs N] [--tokens N] [--ram SIZE] [--resident-ram SIZE] [--model DIR] [--no-demo] [--no-docs]
 //   bun bench/exact.ts --merge bench/out/exact-A.json bench/out/exact-B.json … [--no-docs]

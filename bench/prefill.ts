@@ -1,7 +1,7 @@
 // Prefill benchmark (docs/BENCH-KERNELS.md, "Prefill"): tokens/s of long prompts on a model (the
 // slice preset by default), per budget and per arm, with the weight math's GFLOP/s against the
 // f32 peaks (bench/peak.ts) measured in the same run. Opt-in, never part of `npm test`; uses
-// more than 4 GB: run it under `flock /work/locks/bigmem` on a shared machine.
+// more than 4 GB: on a shared machine run it when nothing else is timed or holds much memory.
 //
 //   bun bench/prefill.ts [--model models/slice] [--prompts 256,1024] [--budgets resident,6G]
 //                        [--arms today,kernels,planner] [--old bench/out/old/libkernels.so]

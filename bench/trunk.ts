@@ -1,6 +1,6 @@
 // The small-budget benchmark (issue 16): the trunk in pieces and the compact trunk, on the `slice`
 // model, in one run, arms interleaved. Opt-in (`npm run bench -- --trunk`), never part of
-// `npm test`; run it under `flock /work/locks/bigmem` on a shared machine. docs/BENCH.md holds the
+// `npm test`; on a shared machine run it alone (it times, and holds GBs). docs/BENCH.md holds the
 // last full report (between its trunk-bench markers) and docs/TRUNK.md reads it.
 //
 //   bun run bench/trunk.ts [--quick] [--runs N] [--tokens N] [--ram SIZE] [--positions N] [--model DIR] [--no-docs]

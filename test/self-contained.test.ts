@@ -22,11 +22,11 @@ function files(p: string): string[] {
 }
 
 // What reaching outside looks like: the developers' shared folder by any route, or an absolute path
-// into the developers' workspace; and (checked separately) a quoted relative path that climbs above
+// into the developers' workspace (their checkout, or the lock scripts of their shared machine); and (checked separately) a quoted relative path that climbs above
 // the repository root from the file that names it.
 // The folder's name is spelled in pieces so this file never names the path it forbids.
 const DEV = "shared";
-const OUTSIDE = [new RegExp(`\\.\\./${DEV}\\b`), new RegExp(`/work/(${DEV}|main)\\b`)];
+const OUTSIDE = [new RegExp(`\\.\\./${DEV}\\b`), new RegExp(`/work/(${DEV}|main|bin|locks)\\b`)];
 const RELATIVE = /["'`](\.\.\/[^"'`\s]*)/g;
 
 function escapes(file: string, line: string): boolean {
@@ -66,6 +66,9 @@ describe("self-contained repository", () => {
     for (const bad of [`join(import.meta.dir, "${up}/${up}/${DEV}/reference/k3/config.json")`, `const REF = "/work/${DEV}/reference/k3";`, `dist/k3 info --config ${up}/${DEV}/reference/k3/config.json`])
       expect(escapes("test/x.test.ts", bad)).toBe(true);
     expect(escapes("test/x.test.ts", `const p = join(import.meta.dir, "../../x.json");`)).toBe(true);
+    // Bench headers once told users to run under the developers' machine-lock scripts.
+    for (const bad of ["// run it under `flock /work/locks/bigmem` on a shared machine.", "// Opt-in; run under /work/bin/cpu-exclusive for figures."])
+      expect(escapes("bench/x.ts", bad)).toBe(true);
     // build.zig is scanned too: its header comment once pointed at the shared docs.
     expect(SCANNED).toContain("build.zig");
     expect(escapes("build.zig", `// Zig 0.11.0 … 0.12+ changed this API; see\n// ${up}/${DEV}/docs/TOOLCHAIN.md §2.`.split("\n")[1]!)).toBe(true);
