@@ -8,7 +8,8 @@
 // hosts such as Zen 4, so the routed experts' MXFP4 bytes are charged at min(read rate, the rate
 // k3_matmul_mxfp4 reaches on a matrix in cache, measured before each round: bench/mxfp4-cache.ts),
 // the bf16 trunk and every other byte at the read rate; step ÷ it says how far decode is from
-// what this host's kernels could do at best.
+// what this host's kernels could do at best. Per round it also gives the one-token bf16 matmuls' own
+// rate (weight bytes ÷ their call time) of each token beside the probe pass right after it.
 // Opt-in; the resident slice takes ~14 GB: run it alone on the machine.
 //
 //   bun bench/decode-profile.ts [--model models/slice] [--ram SIZE | resident] [--threads 2]
