@@ -8,7 +8,8 @@
 // hosts such as Zen 4, so the routed experts' MXFP4 bytes are charged at min(read rate, the rate
 // k3_matmul_mxfp4 reaches on a matrix in cache, measured before each round: bench/mxfp4-cache.ts),
 // the bf16 trunk and every other byte at the read rate; step ÷ it says how far decode is from
-// what this host's kernels could do at best.
+// what this host's kernels could do at best. Per round it also gives the one-token bf16 matmuls' own
+// rate (weight bytes ÷ their call time) of each token beside the probe pass right after it.
 // Opt-in; the resident slice takes ~14 GB: run it alone on the machine.
 //
 //   bun bench/decode-profile.ts [--model models/slice] [--ram SIZE | resident] [--threads 2]
@@ -64,6 +65,7 @@ const matmulShape = (name: string, a: unknown[]): string => {
   return at < 0 ? "" : `${name.slice(10)} ${a[at]}×${a[at + 1]} T${a[at + 2]}`;
 };
 let counting = false;
+let bf16Ns = 0, bf16Bytes = 0; // one-token bf16 matmuls since the last decoded token (bytes = weights × 2)
 for (const name of Object.keys(k)) {
   const f = k[name]!;
   if (typeof f !== "function" || !name.startsWith("k3_")) continue;
@@ -73,9 +75,11 @@ for (const name of Object.keys(k)) {
     const r = f(...a);
     const key = `${tags.at(-1)}\t${name}`;
     const c = cost.get(key) ?? cost.set(key, { ns: 0, calls: 0, flops: 0 }).get(key)!;
-    c.ns += Bun.nanoseconds() - t0;
+    const dt = Bun.nanoseconds() - t0;
+    c.ns += dt;
     c.calls++;
     c.flops += matmulFlops(name, a);
+    if (name === "k3_matmul_bf16" && a[7] === 1) (bf16Ns += dt), (bf16Bytes += 2 * (a[5] as number) * (a[6] as number));
     const shape = matmulShape(name, a);
     if (shape) {
       const m = byShape.get(shape) ?? byShape.set(shape, { ns: 0, calls: 0, flops: 0 }).get(shape)!;
@@ -173,7 +177,7 @@ function mxOnce(ms: number, passes: number): Mxfp4InCache {
 }
 type Round = {
   sPerToken: number; bw: number; floorS: number; mx: Mxfp4InCache; mxBetween: number[]; mxGBs: number; computeFloorS: number;
-  stepMs: number[]; probes: number[]; cost: [string, { ns: number; calls: number; flops: number }][]; load: string;
+  stepMs: number[]; probes: number[]; bf16: number[]; cost: [string, { ns: number; calls: number; flops: number }][]; load: string;
 };
 const rounds: Round[] = [];
 for (let run = 1; run <= RUNS; run++) {
@@ -186,6 +190,7 @@ for (let run = 1; run <= RUNS; run++) {
   const stepMs: number[] = [];
   const probes: number[] = []; // GB/s of one probe pass after each decoded token
   const mxBetween: number[] = []; // GB/s of one in-cache MXFP4 pass after each probe pass
+  const bf16: number[] = []; // GB/s of each decoded token's one-token bf16 matmuls (weight bytes ÷ their time)
   if (phase === "prefill") {
     counting = true;
     const t0 = performance.now();
@@ -197,9 +202,12 @@ for (let run = 1; run <= RUNS; run++) {
     for (let r = it.next(); !r.done; r = it.next()) {
       if (r.value.index === 0) {
         counting = true; // decode steps only
+        bf16Ns = bf16Bytes = 0;
         continue;
       }
       stepMs.push(r.value.ms);
+      if (bf16Ns) bf16.push(bf16Bytes / bf16Ns);
+      bf16Ns = bf16Bytes = 0;
       probes.push(probeOnce());
       mxBetween.push(mxOnce(25, 1).gbs);
     }
@@ -210,7 +218,7 @@ for (let run = 1; run <= RUNS; run++) {
   const floorS = bytesTouched(promptLen + TOKENS / 2) / (bw * 1e9);
   const mxGBs = Math.max(mx.gbs, ...mxBetween);
   const cFloorS = computeFloorS(promptLen + TOKENS / 2, bw, mxGBs);
-  rounds.push({ sPerToken, bw, floorS, mx, mxBetween, mxGBs, computeFloorS: cFloorS, stepMs, probes, cost: [...cost], load });
+  rounds.push({ sPerToken, bw, floorS, mx, mxBetween, mxGBs, computeFloorS: cFloorS, stepMs, probes, bf16, cost: [...cost], load });
   say(`round ${run}: ${sPerToken.toFixed(3)} s/token, floor ${floorS.toFixed(3)} s (${bw.toFixed(1)} GB/s), ratio ${(sPerToken / floorS).toFixed(2)}; MXFP4 in cache ${mxGBs.toFixed(1)} GB/s, compute-aware floor ${cFloorS.toFixed(3)} s, ratio ${(sPerToken / cFloorS).toFixed(2)}${below(sPerToken / cFloorS)}; load ${load}`);
   if (probes.length) say(`  between tokens: ${interleaved(rounds.at(-1)!)}`);
 }
@@ -224,13 +232,22 @@ function below(ratio: number): string {
 
 /** The interleaved floor of a decode round: median step time ÷ (bytes ÷ median probe), and the
  * median of each token's own ratio (its step ÷ the bytes at the probe right after it); then the
- * same median step ÷ the compute-aware floor at the median probe and median in-cache MXFP4 pass. */
-function interleaved(r: { stepMs: number[]; probes: number[]; mxBetween: number[] }): string {
+ * same median step ÷ the compute-aware floor at the median probe and median in-cache MXFP4 pass;
+ * then the one-token bf16 matmuls' own rate, each token's beside the probe right after it. */
+function interleaved(r: { stepMs: number[]; probes: number[]; mxBetween: number[]; bf16: number[] }): string {
   const pos = promptLen + TOKENS / 2, bytes = bytesTouched(pos);
   const floors = r.probes.map((g) => (bytes / (g * 1e9)) * 1000);
   const paired = r.stepMs.map((ms, i) => ms / floors[i]!);
   const mxMed = median(r.mxBetween), cFloorMs = computeFloorS(pos, median(r.probes), mxMed) * 1000, cRatio = median(r.stepMs) / cFloorMs;
-  return `probe median ${median(r.probes).toFixed(1)} GB/s (${Math.min(...r.probes).toFixed(1)}–${Math.max(...r.probes).toFixed(1)}), median step ${median(r.stepMs).toFixed(1)} ms = ${(median(r.stepMs) / median(floors)).toFixed(2)}× the median floor, per-token ratio median ${median(paired).toFixed(2)}; MXFP4 in cache median ${mxMed.toFixed(1)} GB/s (${Math.min(...r.mxBetween).toFixed(1)}–${Math.max(...r.mxBetween).toFixed(1)}): ${cRatio.toFixed(2)}× the compute-aware floor at both medians (${cFloorMs.toFixed(1)} ms)${below(cRatio)}`;
+  return `probe median ${median(r.probes).toFixed(1)} GB/s (${Math.min(...r.probes).toFixed(1)}–${Math.max(...r.probes).toFixed(1)}), median step ${median(r.stepMs).toFixed(1)} ms = ${(median(r.stepMs) / median(floors)).toFixed(2)}× the median floor, per-token ratio median ${median(paired).toFixed(2)}; MXFP4 in cache median ${mxMed.toFixed(1)} GB/s (${Math.min(...r.mxBetween).toFixed(1)}–${Math.max(...r.mxBetween).toFixed(1)}): ${cRatio.toFixed(2)}× the compute-aware floor at both medians (${cFloorMs.toFixed(1)} ms)${below(cRatio)}${bf16Line(r)}`;
+}
+
+/** "; bf16 one-token median 31.2 GB/s (28.0–33.1), per-token ratio to the probe after it median 0.93": each
+ *  token's one-token bf16 matmuls (weight bytes ÷ their summed call time) beside the probe pass right after it. */
+function bf16Line(r: { probes: number[]; bf16: number[] }): string {
+  if (r.bf16.length !== r.probes.length || !r.bf16.length) return "";
+  const paired = r.bf16.map((g, i) => g / r.probes[i]!);
+  return `; bf16 one-token median ${median(r.bf16).toFixed(1)} GB/s (${Math.min(...r.bf16).toFixed(1)}–${Math.max(...r.bf16).toFixed(1)}), per-token ratio to the probe after it median ${median(paired).toFixed(2)}`;
 }
 
 // ---- report: the round with the fastest decode (least disturbed), every round's totals

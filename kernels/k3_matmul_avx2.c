@@ -30,10 +30,11 @@ INLINE float w_at(const void* W, int64_t i, const int bf16) {
 }
 
 /* Rows r..r+RB−1, tokens t0..t0+TB−1 (RB·TB ≤ 4, or RB = DENSE_DECODE_ROWS with TB = 1;
- * compile-time after inlining). PF: sweep
- * prefetches over a later block (k3_pf_target). */
+ * compile-time after inlining). PF 1: sweep prefetches over a later block (k3_pf_target); PF 2
+ * (one token): each row's stream ahead, into the next block's rows when r + 2·RB ≤ r1
+ * (dense_decode_pf, k3_matmul_x86.h). Prefetches never change a bit. */
 TAVX2 INLINE void dense_block_x(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB,
-                                const int bf16, const int PF) {
+                                const int bf16, const int PF, int64_t r1) {
   const int32_t cols = j->cols, n16 = cols - cols % 16;
   const float* X = j->X + (int64_t)t0 * j->ldx;   /* [TB][cols] */
   __m256 lo[DENSE_DECODE_ROWS][2], hi[DENSE_DECODE_ROWS][2]; /* [row][token]: lanes 0–7 / 8–15 */
@@ -41,8 +42,10 @@ TAVX2 INLINE void dense_block_x(const mm_job* j, int64_t r, int32_t t0, const in
     lo[i][t] = hi[i][t] = _mm256_setzero_ps();
   const char* next = k3_pf_target((const char*)j->W + r * cols * (bf16 ? 2 : 4), (int64_t)RB * cols * (bf16 ? 2 : 4));
   for (int32_t c = 0; c < n16; c += 16) {
-    if (PF) UNROLL for (int l = 0; l < (RB * 16 * (bf16 ? 2 : 4) + 63) / 64; l++)
+    if (PF == 1) UNROLL for (int l = 0; l < (RB * 16 * (bf16 ? 2 : 4) + 63) / 64; l++)
         _mm_prefetch(next + (int64_t)c * RB * (bf16 ? 2 : 4) + 64 * l, _MM_HINT_T0);
+    if (PF == 2 && (!bf16 || (c & 31) == 0))
+      dense_decode_pf(j->W, (int64_t)cols * (bf16 ? 2 : 4), r, RB, r + 2 * RB <= r1, (int64_t)c * (bf16 ? 2 : 4));
     UNROLL for (int i = 0; i < RB; i++) {
       __m256 w0 = load_w8(j->W, (r + i) * cols + c, bf16), w1 = load_w8(j->W, (r + i) * cols + c + 8, bf16);
       UNROLL for (int t = 0; t < TB; t++) {
@@ -60,7 +63,7 @@ TAVX2 INLINE void dense_block_x(const mm_job* j, int64_t r, int32_t t0, const in
 }
 
 TAVX2 INLINE void dense_block(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB, const int bf16) {
-  dense_block_x(j, r, t0, RB, TB, bf16, 0);
+  dense_block_x(j, r, t0, RB, TB, bf16, 0, 0);
 }
 /* One token on long rows: DENSE_DECODE_ROWS rows at a time first. Rows in blocks of 4 (leftover
  * rows one at a time); token pairs as two 2×2 blocks with the
@@ -76,10 +79,10 @@ TAVX2 INLINE void dense_rows(const mm_job* j, int64_t r0, int64_t r1, const int 
     return;
   }
   if (T == 1)
-    for (; r + DENSE_DECODE_ROWS <= r1; r += DENSE_DECODE_ROWS) dense_block(j, r, 0, DENSE_DECODE_ROWS, 1, bf16);
+    for (; r + DENSE_DECODE_ROWS <= r1; r += DENSE_DECODE_ROWS) dense_block_x(j, r, 0, DENSE_DECODE_ROWS, 1, bf16, 2, r1);
   for (; r + 4 <= r1; r += 4) {
     int32_t t = 0;
-    for (; t + 2 <= T; t += 2) { dense_block_x(j, r, t, 2, 2, bf16, 1); dense_block_x(j, r + 2, t, 2, 2, bf16, 1); }
+    for (; t + 2 <= T; t += 2) { dense_block_x(j, r, t, 2, 2, bf16, 1, 0); dense_block_x(j, r + 2, t, 2, 2, bf16, 1, 0); }
     if (t < T) {
       if (long_rows) dense_block(j, r, t, 4, 1, bf16);
       else for (int i = 0; i < 4; i++) dense_block(j, r + i, t, 1, 1, bf16);

@@ -45,17 +45,21 @@ INLINE float w_at(const void* W, int64_t i, const int bf16) {
 }
 
 /* Rows r..r+RB−1, tokens t0..t0+TB−1 (RB·TB ≤ 16 or RB ≤ DENSE_DECODE_ROWS with TB = 1,
- * compile-time after inlining). PF: sweep prefetches over a later block (k3_pf_target). */
+ * compile-time after inlining). PF 1: sweep prefetches over a later block (k3_pf_target); PF 2
+ * (one token): each row's stream ahead, into the next block's rows when r + 2·RB ≤ r1
+ * (dense_decode_pf, k3_matmul_x86.h). Prefetches never change a bit. */
 T512 INLINE void dense_block_x(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB,
-                             const int bf16, const int PF) {
+                             const int bf16, const int PF, int64_t r1) {
   const int32_t cols = j->cols, n16 = cols - cols % 16;
   const float* X = j->X + (int64_t)t0 * j->ldx;   /* [TB][cols] */
   __m512 acc[DENSE_DECODE_ROWS][4];             /* [row][token], lane j ← columns ≡ j mod 16 */
   UNROLL for (int i = 0; i < RB; i++) UNROLL for (int t = 0; t < TB; t++) acc[i][t] = _mm512_setzero_ps();
   const char* next = k3_pf_target((const char*)j->W + r * cols * (bf16 ? 2 : 4), (int64_t)RB * cols * (bf16 ? 2 : 4));
   for (int32_t c = 0; c < n16; c += 16) {
-    if (PF) UNROLL for (int l = 0; l < (RB * 16 * (bf16 ? 2 : 4) + 63) / 64; l++)
+    if (PF == 1) UNROLL for (int l = 0; l < (RB * 16 * (bf16 ? 2 : 4) + 63) / 64; l++)
         _mm_prefetch(next + (int64_t)c * RB * (bf16 ? 2 : 4) + 64 * l, _MM_HINT_T0);
+    if (PF == 2 && (!bf16 || (c & 31) == 0))
+      dense_decode_pf(j->W, (int64_t)cols * (bf16 ? 2 : 4), r, RB, r + 2 * RB <= r1, (int64_t)c * (bf16 ? 2 : 4));
     __m512 w[DENSE_DECODE_ROWS];
     UNROLL for (int i = 0; i < RB; i++) w[i] = load_w16(j->W, (r + i) * cols + c, bf16);
     UNROLL for (int t = 0; t < TB; t++) {
@@ -71,17 +75,17 @@ T512 INLINE void dense_block_x(const mm_job* j, int64_t r, int32_t t0, const int
 }
 
 T512 INLINE void dense_block(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB, const int bf16) {
-  dense_block_x(j, r, t0, RB, TB, bf16, 0);
+  dense_block_x(j, r, t0, RB, TB, bf16, 0, 0);
 }
 T512 INLINE void dense_block_pf(const mm_job* j, int64_t r, int32_t t0, const int RB, const int TB, const int bf16) {
-  dense_block_x(j, r, t0, RB, TB, bf16, 1);
+  dense_block_x(j, r, t0, RB, TB, bf16, 1, 0);
 }
 /* Rows in blocks of 4 (leftover rows one at a time), tokens in blocks of 4 then the tail, with
  * the prefetch sweep (measured at T = 4, 1 thread: 8.8 / 11.0 GB/s for 7168 / 1536 columns vs
  * 8.2 / 9.9 without, 6.0 / 6.7 before blocking). A lone token reads short rows one at a time and
- * long rows DENSE_DECODE_ROWS at a time (then 4, then 1), without software prefetch
- * (DENSE_BLOCK_MIN_ROW_BYTES; the sweep cost ~25% on 14 KB rows on Intel, and on Zen 4 for 4
- * rows: 11.3 vs 13.3 GB/s). */
+ * long rows DENSE_DECODE_ROWS at a time with each row's stream prefetched to L2 (dense_decode_pf),
+ * then 4, then 1, without (DENSE_BLOCK_MIN_ROW_BYTES; the T0 sweep cost ~25% on 14 KB rows on
+ * Intel, and on Zen 4 for 4 rows: 11.3 vs 13.3 GB/s). */
 T512 INLINE void dense_rows(const mm_job* j, int64_t r0, int64_t r1, const int bf16) {
   const int32_t T = j->T;
   const int long_rows = (int64_t)j->cols * (bf16 ? 2 : 4) >= DENSE_BLOCK_MIN_ROW_BYTES;
@@ -91,7 +95,7 @@ T512 INLINE void dense_rows(const mm_job* j, int64_t r0, int64_t r1, const int b
     return;
   }
   if (T == 1)
-    for (; r + DENSE_DECODE_ROWS <= r1; r += DENSE_DECODE_ROWS) dense_block(j, r, 0, DENSE_DECODE_ROWS, 1, bf16);
+    for (; r + DENSE_DECODE_ROWS <= r1; r += DENSE_DECODE_ROWS) dense_block_x(j, r, 0, DENSE_DECODE_ROWS, 1, bf16, 2, r1);
   for (; r + 4 <= r1; r += 4) {
     int32_t t = 0;
     for (; t + 4 <= T; t += 4) dense_block_pf(j, r, t, 4, 4, bf16);

@@ -19,6 +19,25 @@
  * (docs/BENCH-KERNELS.md). */
 #define MX_DECODE_PF 2048
 
+/* One-token dense rows read DENSE_DECODE_ROWS side by side (k3_matmul_avx2.c / _avx512.c): each
+ * row stream asks L2 (prefetcht1) for the line DENSE_DECODE_PF bytes ahead of its reads, once per
+ * 64 bytes; past the row's end, for the same row of the next block when the thread's range holds
+ * one (the next block then starts with its lines on the way), else for nothing. Measured (issue 23,
+ * round six, dev harness interleaving arms with a read-probe pass of the same bytes before each,
+ * Zen 4, 2 threads, docs/BENCH-KERNELS.md): bf16 12288×7168 0.83–0.90 of the probe without, 0.93 with
+ * 1.5–2 KB ahead but no wrap, 1.04–1.06 with the wrap; 7168×12288 0.93 → 1.03, 7168×3584 0.81 →
+ * 0.91; prefetcht0 at 2 KB was slower than none (0.63), 3–4 KB ahead no better than 2. */
+#define DENSE_DECODE_PF 2048
+INLINE void dense_decode_pf(const char* W, int64_t row_bytes, int64_t r, const int RB, int has_next, int64_t at) {
+  int64_t off = at + DENSE_DECODE_PF, base = r;
+  if (off >= row_bytes) {
+    if (!has_next) return;
+    off -= row_bytes;
+    base = r + RB;
+  }
+  UNROLL for (int i = 0; i < RB; i++) _mm_prefetch(W + (base + i) * row_bytes + off, _MM_HINT_T1);
+}
+
 /* Lanes 0–7 in a, 8–15 in b → halving tree → v[0]. Matches k3_tree16. */
 TAVX2 INLINE float tree_avx2(__m256 a, __m256 b) {
   __m256 s8 = _mm256_add_ps(a, b);                                                  /* j<8 */
