@@ -16,7 +16,7 @@
  * side, never the order within one.
  *
  * The loop nest, per thread (rows [r0, r1) of the job):
- *   tokens in chunks of ≤ TC
+ *   tokens in equal chunks of ≤ TC
  *     rows in sweeps of ≤ RS                          accumulators: RS × TC × 64 B = 192 KB (L2)
  *       columns in tiles of ≤ KC                      x tile: TC × KC f32 = 128 KB (L2), shared by the sweep
  *         rows in panels of ≤ RP
@@ -134,8 +134,11 @@ static void batch(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* i
   uint32_t nan[KG];                                       /* MXFP4: bit i = row i has scale 255 */
   float A[RS * TC * 16] __attribute__((aligned(64)));    /* parked accumulators [row][token][16] */
   float y[RP * TC];
-  for (int32_t t0 = 0; t0 < T; t0 += TC) {
-    const int32_t tc = T - t0 < TC ? T - t0 : TC;
+  /* equal chunks of ≤ TC tokens (a multiple of 4, the grouped token block, but the last): T = 66
+   * runs as 36 + 30, not 64 + 2, whose 2-token chunk would decode every tile for two tokens */
+  const int32_t nch = (T + TC - 1) / TC, step = ((T + nch - 1) / nch + 3) / 4 * 4 < TC ? ((T + nch - 1) / nch + 3) / 4 * 4 : TC;
+  for (int32_t t0 = 0; t0 < T; t0 += step) {
+    const int32_t tc = T - t0 < step ? T - t0 : step;
     const float* X = j->X + (int64_t)t0 * j->ldx;
     /* the fold's x guard, once per chunk (tc × cols reads next to rows × cols × tc products) */
     const int fold_x = kind == MXFP4 && isa->mxfold && k3_fold_x_ok(X, j->ldx, tc, cols);

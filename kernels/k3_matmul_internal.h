@@ -91,7 +91,7 @@ static inline float k3_e8m0(uint8_t s) {
  * scale of the group with E − 127 ∈ [−30, 30] or E = 255, and every x the group meets finite with
  * x = ±0 or 2^-60 ≤ |x| ≤ 2^60. E = 255 (the group is skipped) folds as w·s = ±0: with finite x
  * the group then adds ±0, and acc + (±0) = acc exactly because an accumulator that starts at +0 is
- * never −0 under round-to-nearest (x + y = −0 needs both −0). x is checked per 32-token chunk,
+ * never −0 under round-to-nearest (x + y = −0 needs both −0). x is checked per 64-token chunk (TC),
  * the scales per 8 × 512 tile; a chunk or tile that fails the guard takes the unfolded code. */
 #define K3_FOLD_E_MIN 97                 /* 2^-30 */
 #define K3_FOLD_E_MAX 157                /* 2^30 */
