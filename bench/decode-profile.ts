@@ -15,6 +15,8 @@
 //   bun bench/decode-profile.ts [--model models/slice] [--ram SIZE | resident] [--threads 2]
 //                               [--prompt 32] [--tokens 16] [--runs 3] [--isa auto] [--json out]
 //                               [--phase decode | prefill] [--chunk N] [--mx-rows 192·threads]
+//                               [--trunk bf16|int8|int4]   (a packed trunk: give --ram, not resident;
+//                                                           round 1 then fills the expert slots)
 // --phase prefill profiles the prompt's prefill instead (per prompt token; matmul GFLOP/s from
 // each call's rows × cols × T), e.g. `--phase prefill --prompt 256`.
 //
@@ -25,7 +27,7 @@
 // (engine opened once, decode repeated) alternate nothing: one arm; rounds show the spread.
 import { writeFileAtomic, writeTarget } from "../src/files.ts";
 import { join, resolve } from "node:path";
-import { Engine, type EngineOptions } from "../src/engine.ts";
+import { Engine, TRUNK_FORMATS, type EngineOptions, type TrunkFormat } from "../src/engine.ts";
 import { loadKernels } from "../src/kernels.ts";
 import { Model } from "../src/model/forward.ts";
 import { cpuInfo, hugePages, loadAvg } from "./machine.ts";
@@ -110,7 +112,12 @@ for (const [m, label] of Object.entries(parts)) {
 
 // ---- the run
 const say = (s: string) => process.stderr.write(`[decode-profile] ${s}\n`);
-const opts: EngineOptions = { threads, isa, ...(chunkArg ? { chunk: Number(chunkArg) } : {}), ...(ram === "resident" ? { resident: true } : { ram }) };
+const trunk = arg("--trunk", "bf16") as TrunkFormat;
+if (!TRUNK_FORMATS.includes(trunk)) {
+  process.stderr.write(`--trunk must be one of ${TRUNK_FORMATS.join(", ")}, got ${JSON.stringify(trunk)}\n`);
+  process.exit(2);
+}
+const opts: EngineOptions = { threads, isa, trunk, ...(chunkArg ? { chunk: Number(chunkArg) } : {}), ...(ram === "resident" ? { resident: true } : { ram }) };
 say(`opening ${model} (${ram}, ${threads} threads)…`);
 const engine = Engine.open(model, opts);
 const huge = hugePages(); // right after open: the weights (and the probe buffer below, 1 GiB, not yet)

@@ -131,7 +131,7 @@ T512 INLINE void mx_group(__m512 acc[RBMAX][TBM], const float* Wt, const float* 
 /* FOLD: St and nan are unused (a folded tile skips its E = 255 groups by their ±0 weights). The
  * fold keeps this 4 × 4 block: 16 accumulators + 8 weights + 2 x; measured against a 4 × 5 fold
  * block (AMD Zen 4, bench/kernels.ts, 1 thread, T = 32 and 256): 4 × 4 1.01–1.02× (within noise;
- * 4 divides the 32-token chunk), 3 × 7 0.92–0.98×, 2 × 7 0.95–0.97×. */
+ * 4 divides the token chunk), 3 × 7 0.92–0.98×, 2 × 7 0.95–0.97×. */
 T512 INLINE void mx_micro(const float* Wt, const float* St, const uint32_t* nan, int row0, const float* X,
                           int64_t ldx, float* A, int first, int32_t groups, const int R, const int TB, const int FOLD) {
   __m512 acc[RBMAX][TBM];

@@ -91,7 +91,7 @@ static inline float k3_e8m0(uint8_t s) {
  * scale of the group with E − 127 ∈ [−30, 30] or E = 255, and every x the group meets finite with
  * x = ±0 or 2^-60 ≤ |x| ≤ 2^60. E = 255 (the group is skipped) folds as w·s = ±0: with finite x
  * the group then adds ±0, and acc + (±0) = acc exactly because an accumulator that starts at +0 is
- * never −0 under round-to-nearest (x + y = −0 needs both −0). x is checked per 32-token chunk,
+ * never −0 under round-to-nearest (x + y = −0 needs both −0). x is checked per 64-token chunk (TC),
  * the scales per 8 × 512 tile; a chunk or tile that fails the guard takes the unfolded code. */
 #define K3_FOLD_E_MIN 97                 /* 2^-30 */
 #define K3_FOLD_E_MAX 157                /* 2^30 */
@@ -138,17 +138,22 @@ static inline const char* k3_pf_target(const void* block, int64_t block_bytes) {
 
 /* Many tokens per call (k3_matmul_batch.c): from BATCH_MIN_T tokens on, a GEMM-blocked loop nest
  * with register-blocked micro-kernels per ISA. KC: columns per widened weight tile; RP: rows per
- * panel (the panel's accumulators stay parked across column tiles); TC: tokens per chunk. The
- * stack holds RP × KC f32 (16 KB) of tile and RP × TC × 16 f32 (16 KB) of accumulators.
+ * panel; RS: rows per sweep (the sweep's panels share each column tile of x, and their
+ * accumulators stay parked across the column tiles); TC: tokens per chunk. The stack holds
+ * RP × KC f32 (16 KB) of tile and RS × TC × 16 f32 (192 KB) of accumulators.
  * Measured (issue 23, AMD Zen 4, bench/kernels.ts, old vs new in one run): 8 × 512 is 3–6 %
  * faster than 16 × 256 for bf16, MXFP4 and int4 on AVX2 and AVX-512 at T = 32–256 (an
  * accumulator is parked and reloaded half as often, the tile is the same 16 KB); 4 × 1024 and
- * 15-row panels with 3 × 8 blocks were no better. */
+ * 15-row panels with 3 × 8 blocks were no better. Round six (docs/BENCH-KERNELS.md): sweeps of
+ * 48 rows (before: 8, one panel) and chunks of 64 tokens (before: 32) — the chunk's x tile is read
+ * from L2 once per sweep instead of once per panel, and each weight tile is decoded once per 64
+ * tokens; 48 is also the pool's row-block quantum (k3_rowq), so a thread's block is whole sweeps. */
 #define BATCH_MIN_T 8
 #define KC 512
 #define KG (KC / 32)
 #define RP 8
-#define TC 32
+#define TC 64
+#define RS 48
 
 /* An ISA's part of the batched matmuls. Accumulators are 16 floats (the k3.h lanes, in order)
  * at A + (i·TC + t)·16 for row i and token t of the block; `first` = start them at +0 instead of

@@ -13,7 +13,7 @@ import { describe, expect, setDefaultTimeout, test } from "bun:test";
 // asserted; the limit only has to outlast a slow machine.
 setDefaultTimeout(300_000);
 import { ISA } from "../src/kernels.ts";
-import { k, rng, randF32, randBF16, randMXFP4, withIsaThreads, bitsHash, supported } from "./kernels.helpers.ts";
+import { k, rng, randF32, randBF16, randMXFP4, randFormats, withIsaThreads, bitsHash, supported } from "./kernels.helpers.ts";
 
 /** Every ISA path; one this CPU lacks is a named skip, so an AVX2-only run says AVX-512 was not tested. */
 const PATHS = (["scalar", "avx2", "avx512", "neon"] as const).map((name) => ({ name, isa: ISA[name], here: supported[name] }));
@@ -225,3 +225,44 @@ describe("matmul bits equal the pre-optimisation implementation", () => {
     });
 });
 
+
+// The batched loop nest's chunk of 64 tokens and its sweeps of 48 rows (kernels/k3_matmul_batch.c,
+// issue 23 round six): T on both sides of one and two chunks, rows that end a sweep on a partial
+// panel and leave a partial last sweep, a partial last column tile; MXFP4 with one row whose scale
+// 0 keeps its tiles out of the fold while the rest of the sweep folds. Every ISA path at 1–3
+// threads must give the bits of the same product one token at a time on the scalar path (the
+// reference order, no batched code at all).
+describe("batched chunks and row sweeps: the bits of one token at a time", () => {
+  const r = rng(0x64c4);
+  const rows = 101, dense = 1046, grouped = 1056; // 101 = 2 sweeps of 48 + 5; 1046 = 2 tiles + 22 (a 6-column tail)
+  const { Wb, Wf, mx, q8, q4, qs } = randFormats(r, rows, dense, grouped);
+  // scales inside the fold's guard (some 255: skipped groups), except row 50: E = 0, outside it
+  for (let i = 0; i < mx.scales.length; i++) mx.scales[i] = r.next() < 0.05 ? 255 : 100 + r.int(50);
+  mx.scales.fill(0, 50 * (grouped / 32), 51 * (grouped / 32));
+  const Ts = [63, 64, 65, 127, 128, 129];
+  const kinds: { name: string; cols: number; call: (X: Float32Array, Y: Float32Array, T: number) => number }[] = [
+    { name: "bf16", cols: dense, call: (X, Y, T) => k.k3_matmul_bf16(Wb, X, dense, Y, rows, rows, dense, T) },
+    { name: "f32", cols: dense, call: (X, Y, T) => k.k3_matmul_f32(Wf, X, dense, Y, rows, rows, dense, T) },
+    { name: "mxfp4", cols: grouped, call: (X, Y, T) => k.k3_matmul_mxfp4(mx.packed, mx.scales, X, grouped, Y, rows, rows, grouped, T) },
+    { name: "q8", cols: grouped, call: (X, Y, T) => k.k3_matmul_q8(q8, qs, X, grouped, Y, rows, rows, grouped, T) },
+    { name: "q4", cols: grouped, call: (X, Y, T) => k.k3_matmul_q4(q4, qs, X, grouped, Y, rows, rows, grouped, T) },
+  ];
+  for (const kn of kinds)
+    test(`${kn.name} ${rows}x${kn.cols}, T ${Ts.join(", ")}: every ISA and 1–3 threads = one token at a time on the scalar path`, () => {
+      for (const T of Ts) {
+        const X = randF32(r, T * kn.cols, -1, 1);
+        X[0] = -0;
+        const single = new Float32Array(T * rows);
+        withIsaThreads(ISA.scalar, 1, () => {
+          for (let t = 0; t < T; t++) kn.call(X.subarray(t * kn.cols), single.subarray(t * rows), 1);
+        });
+        for (const { isa, here } of PATHS)
+          if (here)
+            for (const threads of [1, 2, 3]) {
+              const Y = new Float32Array(T * rows);
+              const st = withIsaThreads(isa, threads, () => kn.call(X, Y, T));
+              expect({ isa, threads, T, st, bits: bitsHash(Y) }).toEqual({ isa, threads, T, st: 0, bits: bitsHash(single) });
+            }
+      }
+    });
+});
