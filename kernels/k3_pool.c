@@ -21,6 +21,7 @@
 #endif
 
 enum { SPIN_ITERS = 20000 };
+#define POOL_STACK_BYTES ((size_t)8 << 20) /* per worker; the caller's is its own */
 
 static struct {
   int32_t n;                 /* threads in effect, caller included; 1 = no workers */
@@ -108,10 +109,16 @@ K3_API int32_t k3_pool_init(int32_t nthreads) {
     int32_t started = 1;
     P.n = nthreads; /* workers read P.n only inside a job, after the next post */
     P.start_generation = atomic_load_explicit(&P.generation, memory_order_acquire);
-    for (int32_t i = 1; i < nthreads; i++) {
-      if (pthread_create(&P.threads[i], NULL, worker, (void*)(intptr_t)i) != 0) break;
+    /* An explicit stack: the batched matmuls park ~210 KB on it (k3_matmul_batch.c), more than
+     * some platforms' default thread stack (musl 128 KB, macOS 512 KB with the rest). */
+    pthread_attr_t attr;
+    const int have_attr = pthread_attr_init(&attr) == 0;
+    const int ok = have_attr && pthread_attr_setstacksize(&attr, POOL_STACK_BYTES) == 0;
+    for (int32_t i = 1; ok && i < nthreads; i++) {
+      if (pthread_create(&P.threads[i], &attr, worker, (void*)(intptr_t)i) != 0) break;
       started++;
     }
+    if (have_attr) pthread_attr_destroy(&attr);
     if (started != nthreads) { P.n = started; stop_workers(); }
   }
   int32_t n = P.n;
