@@ -15,8 +15,8 @@
 //   bun bench/decode-profile.ts [--model models/slice] [--ram SIZE | resident] [--threads 2]
 //                               [--prompt 32] [--tokens 16] [--runs 3] [--isa auto] [--json out]
 //                               [--phase decode | prefill] [--chunk N] [--mx-rows 192·threads]
-//                               [--trunk bf16|int8|int4]   (a packed trunk: give --ram, not resident;
-//                                                           round 1 then fills the expert slots)
+//                               [--trunk bf16|int8|int4]   (a packed trunk, with --phase prefill only: give
+//                                                           --ram, not resident; round 1 fills the expert slots)
 // --phase prefill profiles the prompt's prefill instead (per prompt token; matmul GFLOP/s from
 // each call's rows × cols × T), e.g. `--phase prefill --prompt 256`.
 //
@@ -115,6 +115,11 @@ const say = (s: string) => process.stderr.write(`[decode-profile] ${s}\n`);
 const trunk = arg("--trunk", "bf16") as TrunkFormat;
 if (!TRUNK_FORMATS.includes(trunk)) {
   process.stderr.write(`--trunk must be one of ${TRUNK_FORMATS.join(", ")}, got ${JSON.stringify(trunk)}\n`);
+  process.exit(2);
+}
+if (trunk !== "bf16" && phase !== "prefill") {
+  // the floors count the checkpoint's trunk bytes (bf16, the census), not a pack's: a wrong floor
+  process.stderr.write(`--trunk ${trunk} profiles a prefill only (add --phase prefill): the decode floors count the checkpoint's bf16 trunk bytes, not the pack's\n`);
   process.exit(2);
 }
 const opts: EngineOptions = { threads, isa, trunk, ...(chunkArg ? { chunk: Number(chunkArg) } : {}), ...(ram === "resident" ? { resident: true } : { ram }) };
@@ -272,7 +277,7 @@ for (const [key, c] of best.cost) {
 const stepMsTotal = best.sPerToken * 1000;
 const kernelMs = per([...byPart.values()].reduce((a, b) => a + b, 0));
 const cpu = cpuInfo();
-console.log(`CPU: ${cpu.model}; ${cpu.vectorFlags.join(" ")}; model ${model}; ${ram}; ${threads} threads; ISA ${isa}; prompt ${promptLen}, ${TOKENS} decoded tokens per round`);
+console.log(`CPU: ${cpu.model}; ${cpu.vectorFlags.join(" ")}; model ${model}; ${ram}; trunk ${trunk}; ${threads} threads; ISA ${isa}; prompt ${promptLen}, ${TOKENS} decoded tokens per round`);
 console.log(`rounds (s/token; floor; read GB/s; MXFP4 in cache GB/s; compute-aware floor; load): ${rounds.map((r) => `${r.sPerToken.toFixed(3)}; ${r.floorS.toFixed(3)}; ${r.bw.toFixed(1)}; ${r.mxGBs.toFixed(1)}; ${r.computeFloorS.toFixed(3)}; ${r.load}`).join(" | ")}`);
 const split = bytesByFormat(promptLen + TOKENS / 2);
 console.log(`bytes touched per token: ${(bytesTouched(promptLen + TOKENS / 2) / 1e9).toFixed(2)} GB (MXFP4 experts ${(split.mxfp4 / 1e9).toFixed(2)}, bf16 and other ${(split.other / 1e9).toFixed(2)}); best round ${best.sPerToken.toFixed(3)} s/token = ${(best.sPerToken / best.floorS).toFixed(2)}× its floor ${best.floorS.toFixed(3)} s`);

@@ -10,6 +10,8 @@
 // 2026-12-01, Zen 4). 384 × 3584 is 731 KB: inside one Zen 4 core's 1 MB L2, so the rows a thread
 // takes are in its cache whichever blocks it got in earlier calls.
 
+import { fillBytes } from "./weights.ts";
+
 type MxFn = (P: Uint8Array, S: Uint8Array, X: Float32Array, ldx: number, Y: Float32Array, ldy: number, rows: number, cols: number, T: number) => number;
 
 export interface Mxfp4InCache {
@@ -21,13 +23,13 @@ export interface Mxfp4InCache {
   usPerCall: number; // of the best pass
 }
 
-/** Deterministic operands: random nibbles, scales in 120..130 (2^-7..2^3), x standard normal. */
+/** Deterministic operands (the benches' LCG bytes, bench/weights.ts): random nibbles, scales in
+ *  120..130 (2^-7..2^3), x standard normal (Box–Muller on pairs of 32-bit words). */
 export function mxfp4Operands(rows: number, cols: number, seed = 1): { P: Uint8Array; S: Uint8Array; X: Float32Array } {
-  let s = seed >>> 0;
-  const next = () => (s = (Math.imul(s, 1664525) + 1013904223) >>> 0);
-  const P = new Uint8Array((rows * cols) / 2).map(() => next() >>> 24);
-  const S = new Uint8Array((rows * cols) / 32).map(() => 120 + ((next() >>> 16) % 11));
-  const X = new Float32Array(cols).map(() => Math.sqrt(-2 * Math.log((next() + 1) / 2 ** 32)) * Math.cos((2 * Math.PI * next()) / 2 ** 32));
+  const P = fillBytes((rows * cols) / 2, seed);
+  const S = fillBytes((rows * cols) / 32, seed + 1).map((b) => 120 + (b % 11));
+  const u = new Uint32Array(fillBytes(cols * 8, seed + 2).buffer);
+  const X = new Float32Array(cols).map((_, i) => Math.sqrt(-2 * Math.log((u[2 * i]! + 1) / 2 ** 32)) * Math.cos((2 * Math.PI * u[2 * i + 1]!) / 2 ** 32));
   return { P, S, X };
 }
 

@@ -44,6 +44,7 @@ static inline void k3_chunk(int64_t count, int32_t i, int32_t n, int64_t* lo, in
  * 48: long sequential streams first, small ones at the end to even out the finish. Which
  * thread computes a row never changes its bits (each row's sum has one order), so any
  * interleaving gives the same output. */
+#define K3_ROWQ_QUANTUM 48 /* rows: every block but the last is a multiple of this */
 typedef struct { _Atomic int64_t next; int64_t count; int32_t parts; } k3_rowq;
 static inline void k3_rowq_init(k3_rowq* q, int64_t count, int32_t parts) {
   atomic_init(&q->next, 0);
@@ -56,7 +57,7 @@ static inline int k3_rowq_take(k3_rowq* q, int64_t* lo, int64_t* hi) {
   do {
     if (a >= q->count) return 0;
     int64_t n = (q->count - a + 2 * q->parts - 1) / (2 * q->parts);
-    n = (n + 47) / 48 * 48;
+    n = (n + K3_ROWQ_QUANTUM - 1) / K3_ROWQ_QUANTUM * K3_ROWQ_QUANTUM;
     b = a + n < q->count ? a + n : q->count;
   } while (!atomic_compare_exchange_weak_explicit(&q->next, &a, b, memory_order_relaxed, memory_order_relaxed));
   *lo = a;

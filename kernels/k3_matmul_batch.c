@@ -31,6 +31,8 @@
 #include "k3_matmul_internal.h"
 
 _Static_assert(RP <= 32, "MXFP4 NaN-group flags are a 32-bit mask over the panel's rows");
+_Static_assert(TC % 4 == 0, "equal chunks round up to a multiple of 4 and must stay within TC");
+_Static_assert(K3_ROWQ_QUANTUM % RS == 0, "a thread's guided row block must be whole sweeps");
 
 /* tail columns [n16, cols) of row r, token x, added one by one in increasing c (k3.h) */
 static float dense_tail(const mm_job* j, int64_t r, const float* x, int32_t n16, float s, int bf16) {
@@ -136,7 +138,7 @@ static void batch(const mm_job* j, int64_t r0, int64_t r1, const mm_batch_isa* i
   float y[RP * TC];
   /* equal chunks of ≤ TC tokens (a multiple of 4, the grouped token block, but the last): T = 66
    * runs as 36 + 30, not 64 + 2, whose 2-token chunk would decode every tile for two tokens */
-  const int32_t nch = (T + TC - 1) / TC, step = ((T + nch - 1) / nch + 3) / 4 * 4 < TC ? ((T + nch - 1) / nch + 3) / 4 * 4 : TC;
+  const int32_t nch = (T + TC - 1) / TC, step = ((T + nch - 1) / nch + 3) / 4 * 4; /* ≤ TC: TC % 4 == 0 */
   for (int32_t t0 = 0; t0 < T; t0 += step) {
     const int32_t tc = T - t0 < step ? T - t0 : step;
     const float* X = j->X + (int64_t)t0 * j->ldx;

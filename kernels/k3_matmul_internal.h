@@ -147,7 +147,8 @@ static inline const char* k3_pf_target(const void* block, int64_t block_bytes) {
  * 15-row panels with 3 × 8 blocks were no better. Round six (docs/BENCH-KERNELS.md): sweeps of
  * 48 rows (before: 8, one panel) and chunks of 64 tokens (before: 32) — the chunk's x tile is read
  * from L2 once per sweep instead of once per panel, and each weight tile is decoded once per 64
- * tokens; 48 is also the pool's row-block quantum (k3_rowq), so a thread's block is whole sweeps. */
+ * tokens; RS divides the row-block quantum of k3_rowq (K3_ROWQ_QUANTUM, asserted), so a thread's block
+ * is whole sweeps. */
 #define BATCH_MIN_T 8
 #define KC 512
 #define KG (KC / 32)

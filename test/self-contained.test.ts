@@ -22,8 +22,9 @@ function files(p: string): string[] {
 }
 
 // What reaching outside looks like: the developers' shared folder by any route, or an absolute path
-// into the developers' workspace (their checkout, or the lock scripts of their shared machine); and (checked separately) a quoted relative path that climbs above
-// the repository root from the file that names it.
+// into the developers' workspace (their checkout, or their shared machine's lock scripts); and
+// (checked separately) a quoted relative path that climbs above the repository root from the file
+// that names it.
 // The folder's name is spelled in pieces so this file never names the path it forbids.
 const DEV = "shared";
 const OUTSIDE = [new RegExp(`\\.\\./${DEV}\\b`), new RegExp(`/work/(${DEV}|main|bin|locks)\\b`)];
